@@ -1,0 +1,1 @@
+"""caramba benchmarks: workloads side by side with NumPy, JAX, PyTorch and ONNX Runtime."""

@@ -1,0 +1,1 @@
+"""Backends: one package each, imported lazily by caramba.compute.registry."""

@@ -1,0 +1,48 @@
+"""cpu kernels for attention.*: sdpa (BLAS + stable softmax) and rope."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from caramba.backends.cpu.kernels import FLOAT, kernel
+from caramba.backends.cpu.kernels.nn import softmax
+
+
+@kernel("attention.sdpa", FLOAT)
+def _sdpa(node, ins):
+    q_t, k_t = ins[0], ins[1]
+    d = q_t.shape[-1]
+    scale = node.attrs["scale"] if node.attrs["scale"] is not None else 1.0 / math.sqrt(d)
+    tq, tk = q_t.shape[-2], k_t.shape[-2]
+    causal = None
+    if node.attrs["causal"]:
+        causal = np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
+
+    def sdpa(q, k, v, mask=None):
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if mask is not None:
+            s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+        if causal is not None:
+            s = np.where(causal, s, -np.inf)
+        return np.matmul(softmax(s, -1), v)
+
+    return sdpa
+
+
+@kernel("attention.rope", FLOAT)
+def _rope(node, ins):
+    t_len, dim = ins[0].shape[-2], ins[0].shape[-1]
+    half = dim // 2
+    base, offset = node.attrs["base"], node.attrs["offset"]
+    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
+    angles = (offset + np.arange(t_len, dtype=np.float64))[:, None] * inv_freq[None, :]
+    d = ins[0].dtype.numpy
+    cos, sin = np.cos(angles).astype(d), np.sin(angles).astype(d)
+
+    def rope(x):
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+    return rope

@@ -1,0 +1,192 @@
+"""cpu kernels for nn.*: softmax, norms, embedding, convolution (im2col + BLAS), pooling, dropout."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from caramba.backends.cpu.kernels import FLOAT, kernel
+from caramba.backends.cpu.kernels.random import generator
+from caramba.backends.cpu.kernels.shape import _check_indices
+from caramba.ops._define import norm_axis
+
+
+def softmax(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(x, axis):
+    s = x - np.max(x, axis=axis, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+@kernel("nn.softmax", FLOAT)
+def _softmax(node, ins):
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    return lambda x: softmax(x, axis)
+
+
+@kernel("nn.log_softmax", FLOAT)
+def _log_softmax(node, ins):
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    return lambda x: log_softmax(x, axis)
+
+
+def _affine(y, rest):
+    if len(rest) >= 1:
+        y = y * rest[0]
+    if len(rest) >= 2:
+        y = y + rest[1]
+    return y
+
+
+@kernel("nn.layer_norm", FLOAT)
+def _layer_norm(node, ins):
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    axes = tuple(range(axis, ins[0].rank))
+    eps = node.attrs["eps"]
+
+    def layer_norm(x, *rest):
+        mu = np.mean(x, axis=axes, keepdims=True)
+        c = x - mu
+        var = np.mean(c * c, axis=axes, keepdims=True)
+        return _affine(c / np.sqrt(var + eps), rest)
+
+    return layer_norm
+
+
+@kernel("nn.rms_norm", FLOAT)
+def _rms_norm(node, ins):
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    axes = tuple(range(axis, ins[0].rank))
+    eps = node.attrs["eps"]
+
+    def rms_norm(x, *rest):
+        return _affine(x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps), rest)
+
+    return rms_norm
+
+
+@kernel("nn.group_norm", FLOAT)
+def _group_norm(node, ins):
+    shape = ins[0].shape
+    n, c = shape[:2]
+    g = node.attrs["num_groups"]
+    eps = node.attrs["eps"]
+    grouped = (n, g, -1)
+    bshape = (1, c) + (1,) * (len(shape) - 2)
+
+    def group_norm(x, *rest):
+        y = x.reshape(grouped)
+        mu = np.mean(y, axis=2, keepdims=True)
+        cen = y - mu
+        var = np.mean(cen * cen, axis=2, keepdims=True)
+        out = (cen / np.sqrt(var + eps)).reshape(shape)
+        return _affine(out, [r.reshape(bshape) for r in rest])
+
+    return group_norm
+
+
+@kernel("nn.embedding", FLOAT)
+def _embedding(node, ins):
+    vocab = ins[1].shape[0]
+
+    def embedding(ids, table):
+        _check_indices(ids, vocab, f"nn.embedding node '{node.id}'")
+        return np.take(table, ids, axis=0)
+
+    return embedding
+
+
+def _conv_params(node, nd):
+    def per(key):
+        v = node.attrs[key]
+        return tuple(v) * nd if len(v) == 1 else tuple(v)
+
+    return per("stride"), per("padding"), per("dilation"), node.attrs["groups"]
+
+
+def conv_nd(x, w, b, stride, padding, dilation, groups):
+    """Cross-correlation over the trailing nd axes of x [N, C, *S] with w [O, C/g, *K]."""
+    nd = x.ndim - 2
+    if any(padding):
+        x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    ks = w.shape[2:]
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, ks, strict=True))
+    win = sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))  # [N, C, *out_full, *span]
+    idx = tuple(slice(None, None, s) for s in stride)
+    dil = tuple(slice(None, None, d) for d in dilation)
+    win = win[(slice(None), slice(None)) + idx + dil]  # [N, C, *out, *K]
+    c = x.shape[1]
+    o = w.shape[0]
+    cg, og = c // groups, o // groups
+    out_sp = win.shape[2 : 2 + nd]
+    outs = []
+    letters = "hwd"[:nd]
+    kl = "klm"[:nd]
+    spec = f"nc{letters}{kl},oc{kl}->no{letters}"
+    for gi in range(groups):
+        wi = win[:, gi * cg : (gi + 1) * cg]
+        outs.append(np.einsum(spec, wi, w[gi * og : (gi + 1) * og], optimize=True))
+    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
+    if b is not None:
+        out = out + b.reshape((1, o) + (1,) * nd)
+    assert out.shape[2:] == out_sp
+    return np.ascontiguousarray(out)
+
+
+def _conv(nd):
+    def factory(node, ins):
+        stride, padding, dilation, groups = _conv_params(node, nd)
+        return lambda x, w, b=None: conv_nd(x, w, b, stride, padding, dilation, groups)
+
+    return factory
+
+
+kernel("nn.conv1d", FLOAT)(_conv(1))
+kernel("nn.conv2d", FLOAT)(_conv(2))
+
+
+def _pool_params(node):
+    k = node.attrs["kernel"]
+    k = tuple(k) * 2 if len(k) == 1 else tuple(k)
+    s = node.attrs["stride"]
+    s = k if s is None else (tuple(s) * 2 if len(s) == 1 else tuple(s))
+    p = node.attrs["padding"]
+    p = tuple(p) * 2 if len(p) == 1 else tuple(p)
+    return k, s, p
+
+
+def _pool(reduce_fn, pad_value):
+    def factory(node, ins):
+        k, s, p = _pool_params(node)
+
+        def pool(x):
+            if any(p):
+                x = np.pad(x, [(0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])], constant_values=pad_value)
+            win = sliding_window_view(x, k, axis=(2, 3))[:, :, :: s[0], :: s[1]]
+            return np.ascontiguousarray(reduce_fn(win, axis=(-2, -1)))
+
+        return pool
+
+    return factory
+
+
+kernel("nn.max_pool2d", FLOAT)(_pool(np.max, -np.inf))
+kernel("nn.avg_pool2d", FLOAT)(_pool(np.mean, 0.0))
+
+
+@kernel("nn.dropout", FLOAT)
+def _dropout(node, ins):
+    rate, seed = node.attrs["rate"], node.attrs["seed"]
+    shape = ins[0].shape
+    scale = 1.0 / (1.0 - rate)
+
+    def dropout(x, key=None):
+        if rate == 0.0:
+            return x
+        keep = generator(seed, key).random(shape) >= rate
+        return np.where(keep, x * scale, 0).astype(x.dtype, copy=False)
+
+    return dropout

@@ -1,0 +1,78 @@
+"""cpu kernels for reduce.* (output dtype always equals the input dtype)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from caramba.backends.cpu.kernels import FLOAT, NUM, kernel
+from caramba.ops._define import norm_axes, norm_axis
+
+
+def _axes(node, ins):
+    return norm_axes(node.attrs["axes"], ins[0].rank), node.attrs["keepdims"]
+
+
+def _typed(fn):
+    """Reductions that NumPy would widen (int sum/prod) keep the input dtype."""
+
+    def factory(node, ins):
+        axes, keep = _axes(node, ins)
+        d = ins[0].dtype.numpy
+        return lambda x: np.asarray(fn(x, axis=axes, keepdims=keep, dtype=d))
+
+    return factory
+
+
+kernel("reduce.sum", NUM)(_typed(np.sum))
+kernel("reduce.prod", NUM)(_typed(np.prod))
+
+
+@kernel("reduce.mean", FLOAT)
+def _mean(node, ins):
+    axes, keep = _axes(node, ins)
+    return lambda x: np.asarray(np.mean(x, axis=axes, keepdims=keep))
+
+
+@kernel("reduce.max", NUM)
+def _max(node, ins):
+    axes, keep = _axes(node, ins)
+    return lambda x: np.asarray(np.max(x, axis=axes, keepdims=keep))
+
+
+@kernel("reduce.min", NUM)
+def _min(node, ins):
+    axes, keep = _axes(node, ins)
+    return lambda x: np.asarray(np.min(x, axis=axes, keepdims=keep))
+
+
+@kernel("reduce.variance", FLOAT)
+def _var(node, ins):
+    axes, keep = _axes(node, ins)
+    ddof = node.attrs["correction"]
+    return lambda x: np.asarray(np.var(x, axis=axes, keepdims=keep, ddof=ddof))
+
+
+def logsumexp(x, axes, keep):
+    m = np.max(x, axis=axes, keepdims=True) if x.size else np.zeros((1,) * x.ndim, x.dtype)
+    m = np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)  # all -inf rows give -inf, not NaN
+    out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return np.asarray(out if keep else np.squeeze(out, axis=axes))
+
+
+@kernel("reduce.logsumexp", FLOAT)
+def _lse(node, ins):
+    axes, keep = _axes(node, ins)
+    return lambda x: logsumexp(x, axes, keep)
+
+
+def _arg(fn):
+    def factory(node, ins):
+        axis = norm_axis(node.attrs["axis"], ins[0].rank)
+        keep = node.attrs["keepdims"]
+        return lambda x: np.asarray(fn(x, axis=axis, keepdims=keep)).astype(np.int64, copy=False)
+
+    return factory
+
+
+kernel("reduce.argmax", NUM)(_arg(np.argmax))
+kernel("reduce.argmin", NUM)(_arg(np.argmin))

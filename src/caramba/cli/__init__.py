@@ -1,0 +1,38 @@
+"""The ``caramba`` command. Each command group lives in its own module here and registers
+itself on ``app``; modules must import heavy things inside their command functions only."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from caramba.errors import CarambaError
+
+app = typer.Typer(
+    name="caramba",
+    help="Write a model and an experiment once as a YAML manifest; run it on any backend.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One line per command module (each defines `register(app)`).
+COMMAND_MODULES = (
+    "caramba.cli.backends",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except CarambaError as exc:
+        # Errors that teach: print the message (it names what and where), no traceback.
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True, highlight=False)
+        sys.exit(2)

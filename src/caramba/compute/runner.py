@@ -1,0 +1,211 @@
+"""Runner and Executable: the backend contract every backend implements.
+
+A backend subclasses Runner (upload, _compile) and Executable (_run). The base classes do the
+checks that must be the same everywhere: closed runners, tensor locations, input names,
+shapes and dtypes, state initialization, compile caching by graph fingerprint.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from caramba.compute.capabilities import Capabilities
+from caramba.compute.tensor import Location, Tensor
+from caramba.errors import GraphError, RunnerClosed, StateError, TransferError
+from caramba.ir.dtypes import DType
+from caramba.ir.dtypes import dtype as as_dtype
+from caramba.ir.graph import Graph, StateDecl
+
+
+class StateStore(MutableMapping[str, Tensor]):
+    """Resident state of a runner, by hierarchical name. Setting it is an explicit transfer:
+    values must be tensors of this runner (``runner.upload(array)``)."""
+
+    def __init__(self, runner: "Runner") -> None:
+        self._runner = runner
+        self._values: dict[str, Tensor] = {}
+
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise StateError(f"no state '{name}' on runner {self._runner.location}") from None
+
+    def __setitem__(self, name: str, value: Tensor) -> None:
+        self._runner._check_open()
+        self._runner.check_tensor(value, f"state '{name}'")
+        self._values[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def ensure(self, decl: StateDecl) -> Tensor:
+        """The state tensor for ``decl``; zeros/ones state is created on the device when first used."""
+        t = self._values.get(decl.name)
+        if t is None:
+            if decl.init == "external":
+                raise StateError(
+                    f"state '{decl.name}' ({decl.type}) is not set on runner {self._runner.location}",
+                    hint=f"runner.state[{decl.name!r}] = runner.upload(initial_value)",
+                )
+            t = self._runner.fill(decl.type.shape, decl.type.dtype, 0.0 if decl.init == "zeros" else 1.0)
+            self._values[decl.name] = t
+        elif t.shape != decl.type.shape or t.dtype != decl.type.dtype:
+            raise StateError(f"state '{decl.name}' holds {t.type} but the graph declares {decl.type}")
+        return t
+
+
+class Executable(ABC):
+    """A compiled graph bound to one runner. ``run(inputs)`` -> ``{output name: Tensor}``."""
+
+    def __init__(self, runner: "Runner", graph: Graph, source: Graph, report: Any = None) -> None:
+        self.runner = runner
+        self.graph = graph  # after the pipeline
+        self.source = source  # as given
+        self.report = report  # the pipeline's report (passes, diagnostics, memory plan)
+        self.input_types = {n.id: n.types[0] for n in graph.inputs}
+        self.output_names = tuple(graph.outputs)
+
+    def run(self, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+        self.runner._check_open()
+        inputs = inputs or {}
+        missing = [n for n in self.input_types if n not in inputs]
+        extra = [n for n in inputs if n not in self.input_types]
+        if missing or extra:
+            raise GraphError(
+                f"graph '{self.source.name}' inputs are {sorted(self.input_types)}; "
+                + (f"missing {missing} " if missing else "")
+                + (f"unexpected {extra}" if extra else "")
+            )
+        for name, t in inputs.items():
+            self.runner.check_tensor(t, f"input '{name}'")
+            want = self.input_types[name]
+            if t.shape != want.shape or t.dtype != want.dtype:
+                raise GraphError(f"input '{name}' is {t.type} but the graph declares {want}", node=name)
+        state = {d.name: self.runner.state.ensure(d) for d in self.graph.state.values()}
+        return self._run(inputs, state)
+
+    @abstractmethod
+    def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]: ...
+
+    def as_text(self) -> str:
+        return self.graph.as_text()
+
+
+class Runner(ABC):
+    """One backend instance: owns its tensors, its state and its compiled graphs."""
+
+    name: str = "?"
+    location: Location = "?"
+    capabilities: Capabilities
+
+    def __init__(self) -> None:
+        self._closed = False
+        self._cache: dict[tuple, Executable] = {}
+        self.state = StateStore(self)
+
+    # ---- transfers ---------------------------------------------------------------------
+    def upload(self, array: Any, dtype: "DType | str | None" = None) -> Tensor:
+        """Copy host data into a new tensor on this backend (the only way data enters)."""
+        self._check_open()
+        if isinstance(array, Tensor):
+            raise TransferError(
+                f"upload takes host data; got a tensor already on {array.location}",
+                backend=self.location,
+                hint="download() it first if you mean to copy it between backends",
+            )
+        arr = np.asarray(array)
+        d = as_dtype(dtype) if dtype is not None else as_dtype(arr.dtype)
+        self.check_dtype(d)
+        return self._upload(np.ascontiguousarray(arr, dtype=d.numpy), d)
+
+    def check_dtype(self, d: DType) -> None:  # noqa: B027 - optional hook
+        """Raise UnsupportedOperation if tensors of dtype ``d`` cannot live here (default: all can)."""
+
+    @abstractmethod
+    def _upload(self, array: np.ndarray, dtype: DType) -> Tensor: ...
+
+    @abstractmethod
+    def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> Tensor:
+        """A new tensor filled with ``value``, made on the device."""
+
+    def check_tensor(self, t: Any, what: str) -> None:
+        if isinstance(t, Tensor):
+            if t.location != self.location or not self._owns(t):
+                raise TransferError(
+                    f"{what} lives on {t.location}, not on this runner ({self.location})",
+                    backend=self.location,
+                    hint="tensors never move implicitly: t.download() then runner.upload(...)",
+                )
+            return
+        raise TransferError(
+            f"{what} is a {type(t).__name__}, not a tensor of {self.location}",
+            backend=self.location,
+            hint="upload host data explicitly with runner.upload(array)",
+        )
+
+    def _owns(self, t: Tensor) -> bool:
+        return getattr(t, "runner", self) is self
+
+    # ---- compile and execute -------------------------------------------------------------
+    def compile(self, graph: Graph, targets: Iterable[str] | None = None, *, disable: Iterable[str] = ()) -> Executable:
+        """Run the compiler pipeline for this backend and build an Executable (cached)."""
+        self._check_open()
+        targets = tuple(targets) if targets is not None else tuple(graph.outputs)
+        disabled = tuple(sorted(disable))
+        key = (graph.fingerprint(), targets, disabled)
+        exe = self._cache.get(key)
+        if exe is None:
+            from caramba.compiler import compile_graph
+
+            lowered, report = compile_graph(graph, self, targets=targets, disable=disabled)
+            exe = self._compile(lowered, graph, report)
+            self._cache[key] = exe
+        return exe
+
+    @abstractmethod
+    def _compile(self, lowered: Graph, source: Graph, report: Any) -> Executable: ...
+
+    def execute(
+        self, graph: Graph, targets: Iterable[str] | None = None, inputs: Mapping[str, Tensor] | None = None
+    ) -> dict[str, Tensor]:
+        return self.compile(graph, targets).run(inputs)
+
+    # ---- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release everything. Idempotent; any later use raises RunnerClosed."""
+        if not self._closed:
+            self._closed = True
+            self._cache.clear()
+            self.state._values.clear()
+            self._close()
+
+    def _close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RunnerClosed(f"runner {self.location} is closed", backend=self.location)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.location}{' closed' if self._closed else ''}>"

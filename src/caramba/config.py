@@ -1,0 +1,91 @@
+"""Settings: defaults < config file < CARAMBA_* environment variables < flags.
+
+The config file is the first of ``--config``, ``./caramba.yml``, ``~/.caramba/config.yml``.
+``caramba config show`` prints every setting and where its value came from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from caramba.errors import ConfigError, did_you_mean
+
+
+@dataclass
+class Settings:
+    backend: str = "cpu"
+    store: str = field(default_factory=lambda: str(Path.home() / ".caramba" / "store"))
+    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".caramba" / "cache"))
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 8765
+    api_token: str = ""
+    # PJRT plugin lookup for the xla backend (platform file, shared file, names in lib dirs)
+    xla_plugin_file: str = ""
+    xla_shared_plugin_file: str = ""
+    xla_plugin_names: str = ""
+    xla_library_dirs: str = ""
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+
+_FIELDS = {f.name: f for f in fields(Settings) if f.name != "sources"}
+_CACHE: dict[str, Settings] = {}
+
+
+def config_file(explicit: str | None = None) -> Path | None:
+    if explicit:
+        p = Path(explicit)
+        if not p.exists():
+            raise ConfigError(f"config file {explicit} does not exist")
+        return p
+    for p in (Path.cwd() / "caramba.yml", Path.home() / ".caramba" / "config.yml"):
+        if p.exists():
+            return p
+    return None
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = type(getattr(Settings(), name))
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting '{name}' from {source}: expected {kind.__name__}, got {value!r}") from None
+
+
+def load_settings(path: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    s = Settings()
+    s.sources = {k: "default" for k in _FIELDS}
+    f = config_file(path)
+    if f is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(f.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {f} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {f} must be a mapping of settings")
+        for k, v in data.items():
+            if k not in _FIELDS:
+                raise ConfigError(f"unknown setting '{k}' in {f}; {did_you_mean(k, _FIELDS)}")
+            setattr(s, k, _coerce(k, v, str(f)))
+            s.sources[k] = str(f)
+    for k in _FIELDS:
+        env = f"CARAMBA_{k.upper()}"
+        if env in os.environ:
+            setattr(s, k, _coerce(k, os.environ[env], env))
+            s.sources[k] = env
+    for k, v in (overrides or {}).items():
+        if k not in _FIELDS:
+            raise ConfigError(f"unknown setting '{k}'; {did_you_mean(k, _FIELDS)}")
+        if v is not None:
+            setattr(s, k, _coerce(k, v, "flag"))
+            s.sources[k] = "flag"
+    return s
+
+
+def settings() -> Settings:
+    """Settings from the default locations and environment (not cached: env may change)."""
+    return load_settings()
