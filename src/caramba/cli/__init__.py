@@ -18,6 +18,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """caramba: manifests in, verified graphs out, on any backend."""
+
+
 # One line per command module (each defines `register(app)`).
 COMMAND_MODULES = (
     "caramba.cli.backends",
