@@ -28,6 +28,7 @@ def _root() -> None:
 # One line per command module (each defines `register(app)`).
 COMMAND_MODULES = (
     "caramba.cli.backends",
+    "caramba.cli.bench",
 )
 
 for _name in COMMAND_MODULES:

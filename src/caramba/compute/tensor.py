@@ -37,6 +37,10 @@ class Tensor(ABC):
         """Copy the value to a new host float64 array (exact for every caramba dtype but int64 > 2**53)."""
         return self.download().astype(np.float64)
 
+    def wait(self) -> "Tensor":
+        """Block until the value is computed (asynchronous backends override); returns self."""
+        return self
+
     @property
     def type(self) -> ValueType:
         return ValueType(self.shape, self.dtype)

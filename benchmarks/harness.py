@@ -1,0 +1,238 @@
+"""The benchmark harness: every workload through caramba and its peers, in one process run.
+
+Machines here are noisy (±10-35% between runs), so every number that matters is a ratio of
+two measurements taken in the same run. Each implementation is warmed up (compile/jit
+happens there), then timed as the median and min of several samples, each sample averaging
+enough calls to last a few milliseconds. Every implementation's output is checked against a
+float64 NumPy reference; a disagreement is a failure, never a silently tabulated number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class NotYet(Exception):
+    """The caramba piece a workload needs does not exist yet (it is listed, never faked)."""
+
+
+class NotApplicable(Exception):
+    """A peer cannot run this case (e.g. ONNX Runtime has no float64 Erf)."""
+
+
+@dataclass
+class Case:
+    """One parametrization of a workload (e.g. GEMM n=512 float64)."""
+
+    workload: str
+    label: str
+    params: dict[str, Any]
+    flops: float | None = None
+    suites: tuple[str, ...] = ("full",)
+    rtol: float = 1e-9
+    atol: float = 1e-12
+
+
+@dataclass
+class Prepared:
+    """An implementation ready to time: ``run()`` does one call (synchronously),
+    ``fetch(result)`` turns its result into a NumPy array for the agreement check."""
+
+    run: Callable[[], Any]
+    fetch: Callable[[Any], np.ndarray] = lambda r: np.asarray(r)
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    note: str = ""
+    # For stateful work (train steps) the agreement check runs separately on fresh state.
+    check: Callable[[], np.ndarray] | None = None
+
+
+@dataclass
+class Result:
+    workload: str
+    case: str
+    impl: str
+    status: str  # ok | fail (disagrees) | error | not yet | n/a
+    median_s: float | None = None
+    min_s: float | None = None
+    samples: int = 0
+    calls_per_sample: int = 0
+    flops: float | None = None
+    ratio: float | None = None  # median / best peer median (same case)
+    max_rel_err: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gflops(self) -> float | None:
+        if self.flops and self.median_s:
+            return self.flops / self.median_s / 1e9
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items()}
+        d["gflops"] = self.gflops
+        return d
+
+
+@dataclass
+class Timing:
+    warmup: int = 2
+    samples: int = 7
+    min_sample_s: float = 0.01
+    max_case_s: float = 6.0  # stop sampling an implementation after this long
+
+
+QUICK = Timing(warmup=2, samples=5, min_sample_s=0.005, max_case_s=2.0)
+FULL = Timing(warmup=3, samples=9, min_sample_s=0.02, max_case_s=6.0)
+
+
+def measure(prep: Prepared, timing: Timing) -> tuple[float, float, int, int, Any]:
+    """Median and min seconds per call, samples, calls per sample, and the last result."""
+    with prep.context():
+        result = None
+        t0 = time.perf_counter()
+        for _ in range(timing.warmup):
+            result = prep.run()
+        first = (time.perf_counter() - t0) / max(timing.warmup, 1)
+        # Calibrate: enough calls per sample to last min_sample_s.
+        t0 = time.perf_counter()
+        result = prep.run()
+        one = max(time.perf_counter() - t0, 1e-7)
+        calls = max(1, int(timing.min_sample_s / one))
+        budget_samples = max(3, int(timing.max_case_s / max(one * calls, 1e-9)))
+        n_samples = min(timing.samples, budget_samples)
+        per_call = []
+        for _ in range(n_samples):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                result = prep.run()
+            per_call.append((time.perf_counter() - t0) / calls)
+    del first
+    return float(np.median(per_call)), float(np.min(per_call)), n_samples, calls, result
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray, atol: float) -> float:
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    if not np.all(np.isfinite(got) == np.isfinite(ref)):
+        return float("inf")
+    denom = np.maximum(np.abs(ref), atol)
+    diff = np.abs(got - ref)
+    return float(np.max(diff / denom)) if diff.size else 0.0
+
+
+ImplFactory = Callable[[Case, dict[str, np.ndarray]], Prepared]
+
+
+class Workload:
+    """Subclass per workload: ``cases()``, ``inputs()``, ``reference()``, ``caramba()`` and
+    peer methods named after the peers (``numpy``, ``jax``, ``torch``, ``onnxruntime``)."""
+
+    name: str = "?"
+    description: str = ""
+    peers: tuple[str, ...] = ("numpy", "jax", "torch", "onnxruntime")
+
+    def cases(self) -> list[Case]:
+        raise NotImplementedError
+
+    def inputs(self, case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def reference(self, case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """float64 NumPy reference of the case's output."""
+        raise NotImplementedError
+
+    def caramba(self, case: Case, runner: Any, inputs: dict[str, np.ndarray]) -> Prepared:
+        raise NotImplementedError
+
+
+def run_workloads(
+    workloads: Iterable[Workload],
+    suite: str,
+    backends: list[str],
+    peers: Iterable[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Result]:
+    """Run every case of every workload in ``suite`` through caramba backends and peers."""
+    from caramba.compute import new
+
+    timing = QUICK if suite == "quick" else FULL
+    wanted_peers = set(peers) if peers is not None else None
+    results: list[Result] = []
+    runners: dict[str, Any] = {}
+    try:
+        for w in workloads:
+            for case in w.cases():
+                if suite not in case.suites:
+                    continue
+                if progress:
+                    progress(f"{w.name} {case.label}")
+                rng = np.random.default_rng(0)
+                inputs = w.inputs(case, rng)
+                ref = w.reference(case, inputs)
+                case_results: list[Result] = []
+                for peer in w.peers:
+                    if wanted_peers is not None and peer not in wanted_peers:
+                        continue
+                    case_results.append(_run_one(w, case, peer, lambda c, i, w=w, p=peer: getattr(w, p)(c, i), inputs, ref, timing))
+                for spec in backends:
+                    if spec not in runners:
+                        runners[spec] = new(spec)
+                    r = runners[spec]
+                    case_results.append(
+                        _run_one(w, case, f"caramba:{spec}", lambda c, i, w=w, r=r: w.caramba(c, r, i), inputs, ref, timing)
+                    )
+                _ratios(case_results)
+                results.extend(case_results)
+    finally:
+        for r in runners.values():
+            r.close()
+    return results
+
+
+def _run_one(w: Workload, case: Case, impl: str, factory: ImplFactory, inputs, ref, timing: Timing) -> Result:
+    base = Result(w.name, case.label, impl, "error", flops=case.flops)
+    try:
+        prep = factory(case, inputs)
+    except NotYet as exc:
+        base.status, base.note = "not yet", str(exc)
+        return base
+    except (NotApplicable, ImportError, ModuleNotFoundError) as exc:
+        base.status, base.note = "n/a", f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return base
+    except Exception as exc:  # a failure to set up is reported, not hidden
+        base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        base.extra["traceback"] = traceback.format_exc(limit=4)
+        return base
+    try:
+        med, mn, n, calls, result = measure(prep, timing)
+        got = prep.check() if prep.check is not None else prep.fetch(result)
+    except Exception as exc:
+        base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        base.extra["traceback"] = traceback.format_exc(limit=4)
+        return base
+    err = rel_err(got, ref, case.atol)
+    status = "ok" if err <= case.rtol else "fail"
+    note = prep.note
+    if status == "fail":
+        note = (note + "; " if note else "") + f"disagrees with the float64 reference: max rel err {err:.3g} > {case.rtol:g}"
+    return Result(w.name, case.label, impl, status, med, mn, n, calls, case.flops, None, err, note)
+
+
+def _ratios(results: list[Result]) -> None:
+    peers = [r for r in results if not r.impl.startswith("caramba") and r.status == "ok"]
+    if not peers:
+        return
+    best = min(r.median_s for r in peers if r.median_s)
+    for r in results:
+        if r.status == "ok" and r.median_s:
+            r.ratio = r.median_s / best

@@ -1,0 +1,24 @@
+"""Benchmark workloads, in the order the report shows them."""
+
+from benchmarks.workloads.chain import Chain
+from benchmarks.workloads.compile_time import CompileTime
+from benchmarks.workloads.dense import Dense
+from benchmarks.workloads.elementwise import Gelu
+from benchmarks.workloads.gemm import Gemm
+from benchmarks.workloads.mlp_train import MlpTrain
+from benchmarks.workloads.norms import LayerNorm, Softmax
+from benchmarks.workloads.transformer import TransformerBlock
+
+WORKLOADS = [Gemm(), Dense(), Softmax(), LayerNorm(), Gelu(), Chain(), MlpTrain(), TransformerBlock(), CompileTime()]
+
+
+def by_name(names: list[str] | None):
+    if not names:
+        return list(WORKLOADS)
+    known = {w.name: w for w in WORKLOADS}
+    missing = [n for n in names if n not in known]
+    if missing:
+        from caramba.errors import ConfigError, did_you_mean
+
+        raise ConfigError(f"unknown workload {missing[0]!r}; {did_you_mean(missing[0], known)}")
+    return [known[n] for n in names]

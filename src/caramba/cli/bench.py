@@ -1,0 +1,49 @@
+"""``caramba bench``: workloads through caramba and its peers, reported as ratios."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench")
+    def bench(
+        suite: str = typer.Option("quick", "--suite", help="quick (< 3 min) or full (< 15 min)"),
+        backend: list[str] = typer.Option(None, "--backend", "-b", help="caramba backend spec(s); default: every available backend"),
+        only: list[str] = typer.Option(None, "--only", help="run only these workloads"),
+        peer: list[str] = typer.Option(None, "--peer", help="limit peers (numpy, jax, torch, onnxruntime)"),
+        json_out: str = typer.Option(None, "--json", help="write raw results as JSON"),
+        markdown: str = typer.Option(None, "--markdown", help="write a generated Markdown report (docs/benchmarks.md)"),
+    ) -> None:
+        """Benchmark caramba side by side with NumPy, JAX, PyTorch and ONNX Runtime."""
+        import os
+        from pathlib import Path
+
+        from rich.console import Console
+
+        from benchmarks.harness import run_workloads
+        from benchmarks.machine import machine_info
+        from benchmarks.report import failures, print_table, write_json, write_markdown
+        from benchmarks.workloads import by_name
+        from caramba.compute import available, parse_spec
+        from caramba.errors import ConfigError
+
+        if suite not in ("quick", "full"):
+            raise ConfigError(f"unknown suite {suite!r}; use quick or full")
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        specs = list(backend) if backend else available()
+        for s in specs:
+            parse_spec(s)  # unknown names/options fail before anything runs
+        console = Console(stderr=True)
+        with console.status("benchmarking") as status:
+            results = run_workloads(by_name(only), suite, specs, peer or None, progress=lambda m: status.update(m))
+        print_table(results)
+        info = machine_info()
+        if json_out:
+            write_json(results, info, suite, json_out)
+        if markdown:
+            write_markdown(results, info, suite, markdown, Path(json_out).name if json_out else None)
+        bad = failures(results)
+        if bad:
+            console.print(f"[bold red]{len(bad)} failure(s)[/]: " + "; ".join(f"{r.workload} {r.case} {r.impl}" for r in bad))
+            raise typer.Exit(1)
