@@ -1,0 +1,99 @@
+"""ManifestError and source locations (file:line:col, dotted path, include/repeat notes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from caramba.errors import CarambaError
+
+PathPart = "str | int"
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """Where a value was written: file, 1-based line and column, and how it got here
+    (``notes``: the include chain and repeat iterations it was expanded through)."""
+
+    file: str
+    line: int
+    col: int
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def noted(self, notes: tuple[str, ...]) -> "Loc":
+        if not notes:
+            return self
+        return Loc(self.file, self.line, self.col, self.notes + tuple(n for n in notes if n not in self.notes))
+
+    def origin(self, path: "Sequence[Any] | str | None" = None, note: str | None = None) -> Any:
+        """This location as an ``ir.Origin`` (what IR nodes carry)."""
+        from caramba.ir.graph import Origin
+
+        dotted = path if isinstance(path, str) or path is None else format_path(path)
+        notes = "; ".join(n for n in (*self.notes, note) if n)
+        return Origin(self.file, self.line, self.col, dotted or None, notes or None)
+
+
+def format_path(parts: Iterable[Any]) -> str:
+    """``("topology", "nodes", 3, "config")`` -> ``topology.nodes[3].config``."""
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out
+
+
+class ManifestError(CarambaError):
+    """A manifest could not be loaded, validated or lowered.
+
+    The message starts with ``file:line:col`` and the dotted path of the offending value, and
+    lists the include chain or repeat iteration that produced it. Fix the manifest at that
+    place; unknown names come with the valid ones (``did you mean``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        loc: Loc | None = None,
+        path: "Sequence[Any] | str | None" = None,
+        hint: str | None = None,
+        node: str | None = None,
+        op: str | None = None,
+    ) -> None:
+        self.loc = loc
+        self.path = path if isinstance(path, str) or path is None else format_path(path)
+        super().__init__(message, node=node, op=op, hint=hint, origin=loc)
+
+    @property
+    def file(self) -> str | None:
+        return self.loc.file if self.loc else None
+
+    @property
+    def line(self) -> int | None:
+        return self.loc.line if self.loc else None
+
+    @property
+    def col(self) -> int | None:
+        return self.loc.col if self.loc else None
+
+    def _render(self) -> str:
+        text = ""
+        if self.loc is not None:
+            text += f"{self.loc}: "
+        if self.path:
+            text += f"{self.path}: "
+        text += self.message
+        if self.node is not None and f"'{self.node}'" not in self.message:
+            text += f" [node '{self.node}']"
+        for note in self.loc.notes if self.loc else ():
+            text += f"\n  {note}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
