@@ -1,0 +1,12 @@
+"""caramba.store: blob and metadata stores (local directory + SQLite by default, S3)."""
+
+from caramba.store.blobs import (
+    BlobExists,
+    BlobNotFound,
+    BlobRef,
+    BlobStore,
+    IntegrityError,
+    LocalBlobStore,
+    StoreError,
+    open_store,
+)
