@@ -1,0 +1,1 @@
+"""The backend compliance suite (see README.md)."""
