@@ -127,7 +127,7 @@ class Runner(ABC):
         arr = np.asarray(array)
         d = as_dtype(dtype) if dtype is not None else as_dtype(arr.dtype)
         self.check_dtype(d)
-        return self._upload(np.ascontiguousarray(arr, dtype=d.numpy), d)
+        return self._upload(np.ascontiguousarray(arr, dtype=d.numpy).reshape(arr.shape), d)
 
     def check_dtype(self, d: DType) -> None:  # noqa: B027 - optional hook
         """Raise UnsupportedOperation if tensors of dtype ``d`` cannot live here (default: all can)."""
