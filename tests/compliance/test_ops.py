@@ -30,6 +30,7 @@ CASE_PARAMS = [
 ]
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # kernels give IEEE results, not warnings
 @pytest.mark.parametrize("case, d", CASE_PARAMS)
 def test_op(runner, case, d):
     run_case(runner, case, d)

@@ -9,7 +9,7 @@ from caramba.ir.types import ValueType
 from caramba.ops._define import KEEPDIMS, define, norm_axis, reduced_shape, reduction, require_dtype
 
 sum = reduction("reduce.sum", NUMERIC, doc="sum over axes")
-mean = reduction("reduce.mean", FLOATS, doc="mean over axes")
+mean = reduction("reduce.mean", FLOATS, doc="mean over axes (NaN for an empty group)")
 max = reduction("reduce.max", NUMERIC, nonempty=True, differentiable=True, doc="maximum over axes")
 min = reduction("reduce.min", NUMERIC, nonempty=True, doc="minimum over axes")
 prod = reduction("reduce.prod", NUMERIC, doc="product over axes")
@@ -18,7 +18,8 @@ variance = reduction(
     "reduce.variance",
     FLOATS,
     (Attr("correction", "int", 0, doc="subtract from the count (1: unbiased)"),),
-    doc="mean((x - mean(x))**2) * n / (n - correction) over axes",
+    doc="sum((x - mean(x))**2) / max(n - correction, 0) over axes (n elements per group; a zero"
+    " divisor gives inf, or NaN when the sum is 0 or the group is empty)",
 )
 
 
@@ -38,9 +39,9 @@ def _arg(op_id: str):
 
 argmax = define(
     "reduce.argmax", _arg("reduce.argmax"), 1, (Attr("axis", "int", -1), KEEPDIMS),
-    differentiable=False, doc="index (int64) of the first maximum along axis",
+    differentiable=False, doc="index (int64) of the first maximum along axis (NaN counts as the maximum)",
 )
 argmin = define(
     "reduce.argmin", _arg("reduce.argmin"), 1, (Attr("axis", "int", -1), KEEPDIMS),
-    differentiable=False, doc="index (int64) of the first minimum along axis",
+    differentiable=False, doc="index (int64) of the first minimum along axis (NaN counts as the minimum)",
 )

@@ -44,7 +44,12 @@ simple("activation.selu", FLOAT, selu)
 @kernel("activation.gelu", FLOAT)
 def _gelu(node, ins):
     if node.attrs["approximate"] == "tanh":
-        return lambda x: 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+        # 0.5 * (1 + tanh(z)) == sigmoid(2z): the sigmoid form keeps full relative accuracy in
+        # the negative tail, where 1 + tanh(z) cancels (to exactly 0 below x ~ -6 in float64).
+        def tanh_form(x):
+            return x * _expit(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+
+        return tanh_form
 
     # 0.5 * x * erfc(-x / sqrt 2) keeps full relative accuracy in the negative tail,
     # where 1 + erf(x / sqrt 2) would cancel to zero.

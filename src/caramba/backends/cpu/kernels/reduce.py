@@ -27,10 +27,21 @@ kernel("reduce.sum", NUM)(_typed(np.sum))
 kernel("reduce.prod", NUM)(_typed(np.prod))
 
 
+def _count_and_acc(node, ins):
+    """Elements per reduced group, and the accumulation dtype (float16 accumulates in float32)."""
+    axes, keep = _axes(node, ins)
+    n = 1
+    for a in axes:
+        n *= ins[0].shape[a]
+    d = ins[0].dtype.numpy
+    return axes, keep, n, d, (np.dtype(np.float32) if d == np.float16 else d)
+
+
 @kernel("reduce.mean", FLOAT)
 def _mean(node, ins):
-    axes, keep = _axes(node, ins)
-    return lambda x: np.asarray(np.mean(x, axis=axes, keepdims=keep))
+    # sum / n rather than np.mean: an empty group gives NaN (0/0) without a Python warning
+    axes, keep, n, d, acc = _count_and_acc(node, ins)
+    return lambda x: np.asarray(np.sum(x, axis=axes, keepdims=keep, dtype=acc) / n).astype(d, copy=False)
 
 
 @kernel("reduce.max", NUM)
@@ -47,9 +58,15 @@ def _min(node, ins):
 
 @kernel("reduce.variance", FLOAT)
 def _var(node, ins):
-    axes, keep = _axes(node, ins)
-    ddof = node.attrs["correction"]
-    return lambda x: np.asarray(np.var(x, axis=axes, keepdims=keep, ddof=ddof))
+    # two passes in the accumulation dtype; divides by max(n - correction, 0) (0 gives inf/NaN)
+    axes, keep, n, d, acc = _count_and_acc(node, ins)
+    div = max(n - node.attrs["correction"], 0)
+
+    def variance(x):
+        c = x.astype(acc, copy=False) - np.sum(x, axis=axes, keepdims=True, dtype=acc) / n
+        return np.asarray(np.sum(c * c, axis=axes, keepdims=keep) / div).astype(d, copy=False)
+
+    return variance
 
 
 def logsumexp(x, axes, keep):
