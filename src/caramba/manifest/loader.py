@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import datetime
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,7 +310,7 @@ class _Ctx:
     expansions: int = 0
     stack: tuple[Path, ...] = ()
     cache: dict[Path, Y] = field(default_factory=dict)
-    asset_dirs: tuple[Path, ...] = ()
+    display: Callable[[Path], str] = field(default=lambda p: _display(p))
 
     def count(self, loc: Loc) -> None:
         self.expansions += 1
@@ -528,7 +528,7 @@ class _Expander:
             inner = _Scope(scope)
             for key, val in ((index, i), (f"next_{index}", i + 1), (f"offset_{index}", offset + i), (f"next_offset_{index}", offset + i + 1)):
                 inner.bind_value(key, val, loc)
-            r = self.expand(template, inner, (*notes, f"in repeat{name} ({loc}) with {index}={i}"))  # type: ignore[arg-type]
+            r = self.expand(template, inner, (f"in repeat{name} at {_bare(loc)} with {index}={i}", *notes))  # type: ignore[arg-type]
             if isinstance(r, _Splice):
                 out.extend(r)
             elif r.kind == "seq":
@@ -574,7 +574,7 @@ class _Expander:
             raise ManifestError(f"more than {MAX_INCLUDES} includes (limit)", loc=loc)
         tree = self.ctx.cache.get(path)
         if tree is None:
-            tree = parse_yaml(_read(path, loc), _display(path))
+            tree = parse_yaml(_read(path, loc), self.ctx.display(path))
             self.ctx.cache[path] = tree
         inner = _Scope(scope)
         if params is not None:
@@ -585,7 +585,7 @@ class _Expander:
         saved = self.ctx.stack
         self.ctx.stack = (*saved, path)
         try:
-            r = self.expand(tree, inner, (*notes, f"included from {loc}"))
+            r = self.expand(tree, inner, (f"included from {_bare(loc)}", *notes))
         finally:
             self.ctx.stack = saved
         return Y("seq", list(r), loc) if isinstance(r, _Splice) else r
@@ -613,6 +613,10 @@ def _dotted_name(node: ast.AST) -> str | None:
         base = _dotted_name(node.value)
         return None if base is None else f"{base}.{node.attr}"
     return None
+
+
+def _bare(loc: Loc) -> str:
+    return f"{loc.file}:{loc.line}:{loc.col}"
 
 
 def _format_scalar(v: Any) -> str:

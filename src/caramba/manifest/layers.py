@@ -1,0 +1,275 @@
+"""Layer lowerings: manifest ops that own parameters or are built from several IR ops.
+
+Each function takes the LayerContext, the input values and the node's resolved config (already
+checked against the op's schema in ``caramba/assets/operation/``) and returns the output
+value(s). Parameters are declared with ``ctx.param`` (state ``<node id>.<name>``); the last
+IR node is added with ``name=None`` so it carries the manifest node's ID.
+"""
+
+from __future__ import annotations
+
+import zlib
+from math import prod, sqrt
+from typing import Any
+
+from caramba.errors import CarambaError
+from caramba.ir.dtypes import DType
+from caramba.ir.graph import Value
+from caramba.manifest.lower import LayerContext, layer
+
+
+def _features(x: Value, given: int | None, what: str, axis: int = -1) -> int:
+    if x.ndim == 0:
+        raise CarambaError(f"needs an input with a {what} axis, got a scalar")
+    n = x.shape[axis]
+    if given is not None and given != n:
+        raise CarambaError(f"{what} is {given} but the input {x.type} has {n} along axis {axis}",
+                           hint=f"set {what}: {n} or leave it out (it is inferred)")
+    return n
+
+
+@layer("linear")
+def linear(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """y = x @ weight + bias; weight [in, out]."""
+    (x,) = ins
+    fan_in = _features(x, c["in_features"], "in_features")
+    init = c["init"]
+    bound = 1.0 / sqrt(fan_in)
+    w = ctx.param("weight", (fan_in, c["out_features"]), init, std=c["std"], bound=bound)
+    if not c["bias"]:
+        return ctx.op("linalg.matmul", (x, w))
+    y = ctx.op("linalg.matmul", (x, w), name="matmul")
+    b = ctx.param("bias", (c["out_features"],), "zeros" if init == "normal" else init, bound=bound)
+    return ctx.op("math.add", (y, b))
+
+
+@layer("tied_linear")
+def tied_linear(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """y = x @ weight^T with the weight of another node (tied input/output embeddings)."""
+    (x,) = ins
+    w = ctx.read(f"{ctx.sibling(c['tied_to'])}.{c['param']}")
+    if w.ndim != 2 or w.shape[1] != x.shape[-1]:
+        raise CarambaError(f"tied weight {c['tied_to']}.{c['param']} is {w.type}; the input {x.type} needs [*, {x.shape[-1]}]")
+    wt = ctx.op("shape.transpose", (w,), name="transpose")
+    return ctx.op("linalg.matmul", (x, wt))
+
+
+@layer("token_embedding")
+def token_embedding(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """table[ids]; table [vocab_size, d_model]."""
+    (ids,) = ins
+    w = ctx.param("weight", (c["vocab_size"], c["d_model"]), "normal", std=c["std"])
+    return ctx.op("nn.embedding", (ids, w))
+
+
+@layer("position_embedding")
+def position_embedding(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Learned absolute positions: the first T rows of table [context, d_model] for an input [B, T, ...]."""
+    (x,) = ins
+    if x.ndim < 2:
+        raise CarambaError(f"needs an input [batch, seq, ...], got {x.type}")
+    t = x.shape[1]
+    if t > c["context"]:
+        raise CarambaError(f"sequence length {t} is longer than context {c['context']}")
+    w = ctx.param("weight", (c["context"], c["d_model"]), "normal", std=c["std"])
+    return ctx.op("shape.slice", (w,), {"starts": (0,), "ends": (t,), "axes": (0,)})
+
+
+@layer("layer_norm")
+def layer_norm(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    (x,) = ins
+    d = _features(x, c["d_model"], "d_model")
+    if not c["affine"]:
+        return ctx.op("nn.layer_norm", (x,), {"eps": c["eps"]})
+    g = ctx.param("weight", (d,), "ones")
+    b = ctx.param("bias", (d,), "zeros")
+    return ctx.op("nn.layer_norm", (x, g, b), {"eps": c["eps"]})
+
+
+@layer("rms_norm")
+def rms_norm(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    (x,) = ins
+    d = _features(x, c["d_model"], "d_model")
+    if not c["affine"]:
+        return ctx.op("nn.rms_norm", (x,), {"eps": c["eps"]})
+    g = ctx.param("weight", (d,), "ones")
+    return ctx.op("nn.rms_norm", (x, g), {"eps": c["eps"]})
+
+
+def _project(ctx: LayerContext, x: Value, d_out: int, name: str, bias: bool, std: float) -> Value:
+    d_in = x.shape[-1]
+    w = ctx.param(f"{name}.weight", (d_in, d_out), "normal", std=std)
+    y = ctx.op("linalg.matmul", (x, w), name=f"{name}.matmul")
+    if bias:
+        b = ctx.param(f"{name}.bias", (d_out,), "zeros")
+        y = ctx.op("math.add", (y, b), name=f"{name}.add")
+    return y
+
+
+@layer("multihead_attention")
+def multihead_attention(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Multi-head scaled dot-product attention with its projections.
+
+    One input [B, T, D]: self-attention with a fused qkv projection [D, 3D]. Two inputs
+    (x, context): queries from x, keys and values from context ([D, 2D] projection).
+    Output projection [D, D]. ``causal`` masks future positions.
+    """
+    x = ins[0]
+    if x.ndim != 3:
+        raise CarambaError(f"needs an input [batch, seq, d_model], got {x.type}")
+    d = _features(x, c["d_model"], "d_model")
+    h = c["heads"]
+    if h <= 0 or d % h:
+        raise CarambaError(f"d_model {d} does not split into {h} heads")
+    std, bias = c["std"], c["bias"]
+    if len(ins) == 1:
+        qkv = _project(ctx, x, 3 * d, "qkv", bias, std)
+        q, k, v = ctx.op("shape.split", (qkv,), {"axis": -1, "num": 3}, name="split")
+    else:
+        ctx_v = ins[1]
+        if ctx_v.ndim != 3 or ctx_v.shape[-1] != d or ctx_v.shape[0] != x.shape[0]:
+            raise CarambaError(f"context must be [batch, seq, {d}] like the input, got {ctx_v.type}")
+        q = _project(ctx, x, d, "q", bias, std)
+        kv = _project(ctx, ctx_v, 2 * d, "kv", bias, std)
+        k, v = ctx.op("shape.split", (kv,), {"axis": -1, "num": 2}, name="split")
+    heads = [ctx.op("shape.view_as_heads", (t,), {"num_heads": h}, name=f"{n}_heads") for n, t in zip("qkv", (q, k, v))]
+    a = ctx.op("attention.sdpa", heads, {"causal": c["causal"], "scale": c["scale"]}, name="sdpa")
+    merged = ctx.op("shape.merge_heads", (a,), name="merge")
+    w = ctx.param("out.weight", (d, d), "normal", std=c["out_std"] if c["out_std"] is not None else std)
+    if not bias:
+        return ctx.op("linalg.matmul", (merged, w))
+    y = ctx.op("linalg.matmul", (merged, w), name="out.matmul")
+    b = ctx.param("out.bias", (d,), "zeros")
+    return ctx.op("math.add", (y, b))
+
+
+def _conv(nd: int):
+    def lower(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+        (x,) = ins
+        if x.ndim != nd + 2:
+            raise CarambaError(f"needs an input [batch, channels, {'length' if nd == 1 else 'height, width'}], got {x.type}")
+        cin = _features(x, c["in_channels"], "in_channels", axis=1)
+        kernel = list(c["kernel"]) * (nd if len(c["kernel"]) == 1 else 1)
+        if len(kernel) != nd:
+            raise CarambaError(f"kernel needs {nd} sizes, got {c['kernel']}")
+        g = c["groups"]
+        if g <= 0 or cin % g or c["out_channels"] % g:
+            raise CarambaError(f"{cin} input and {c['out_channels']} output channels do not split into {g} groups")
+        fan_in = cin // g * prod(kernel)
+        bound = 1.0 / sqrt(fan_in)
+        w = ctx.param("weight", (c["out_channels"], cin // g, *kernel), "uniform", bound=bound)
+        attrs = {"stride": c["stride"], "padding": c["padding"], "dilation": c["dilation"], "groups": g}
+        args = [x, w]
+        if c["bias"]:
+            args.append(ctx.param("bias", (c["out_channels"],), "uniform", bound=bound))
+        return ctx.op(f"nn.conv{nd}d", args, attrs)
+
+    return lower
+
+
+layer("conv1d")(_conv(1))
+layer("conv2d")(_conv(2))
+
+
+def _pool1d(op: str):
+    def lower(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+        (x,) = ins
+        if x.ndim != 3:
+            raise CarambaError(f"needs an input [batch, channels, length], got {x.type}")
+        n, ch, length = x.shape
+        x4 = ctx.op("shape.reshape", (x,), {"shape": (n, ch, 1, length)}, name="to2d")
+        stride = c["stride"] if c["stride"] is not None else c["kernel"]
+        p = ctx.op(op, (x4,), {"kernel": (1, c["kernel"]), "stride": (1, stride), "padding": (0, c["padding"])}, name="pool")
+        return ctx.op("shape.reshape", (p,), {"shape": (n, ch, p.shape[-1])})
+
+    return lower
+
+
+layer("max_pool1d")(_pool1d("nn.max_pool2d"))
+layer("avg_pool1d")(_pool1d("nn.avg_pool2d"))
+
+
+@layer("global_avg_pool")
+def global_avg_pool(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Mean over every axis after the channel axis: [N, C, ...] -> [N, C]."""
+    (x,) = ins
+    if x.ndim < 3:
+        raise CarambaError(f"needs an input [batch, channels, ...spatial], got {x.type}")
+    return ctx.op("reduce.mean", (x,), {"axes": tuple(range(2, x.ndim))})
+
+
+@layer("flatten")
+def flatten(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Merge the axes from ``start_axis`` on: [N, C, H, W] -> [N, C*H*W]."""
+    (x,) = ins
+    s = c["start_axis"]
+    if not 0 <= s < max(x.ndim, 1):
+        raise CarambaError(f"start_axis {s} is out of range for {x.type}")
+    return ctx.op("shape.reshape", (x,), {"shape": (*x.shape[:s], prod(x.shape[s:]))})
+
+
+@layer("dropout")
+def dropout(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Training: zero elements with probability ``rate`` (a fresh mask each step). Evaluation: identity."""
+    (x,) = ins
+    if not 0.0 <= c["rate"] < 1.0:
+        raise CarambaError(f"rate must be in [0, 1), got {c['rate']}")
+    if not ctx.training or c["rate"] == 0.0:
+        return x
+    seed = zlib.crc32(ctx.prefix.encode()) & 0x7FFFFFFF  # distinct masks per layer, stable across runs
+    return ctx.op("nn.dropout", (x, ctx.step_key()), {"rate": c["rate"], "seed": seed})
+
+
+def _check_labels(logits: Value, labels: Value) -> None:
+    if labels.dtype not in (DType.int64, DType.int32):
+        raise CarambaError(f"labels must be int64 class indices, got {labels.type}")
+    if logits.shape[:-1] != labels.shape:
+        raise CarambaError(f"logits {logits.type} and labels {labels.type} disagree: labels must be logits.shape[:-1]")
+
+
+def _one_hot(ctx: LayerContext, labels: Value, classes: int, dtype: DType) -> Value:
+    iota = ctx.op("shape.iota", (), {"shape": (classes,), "dtype": labels.dtype}, name="classes")
+    lab = ctx.op("shape.expand_dims", (labels,), {"axes": (-1,)}, name="labels")
+    hit = ctx.op("math.equal", (lab, iota), name="hit")
+    return ctx.op("math.cast", (hit,), {"dtype": dtype}, name="one_hot")
+
+
+@layer("cross_entropy")
+def cross_entropy(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """mean over positions of -log softmax(logits)[label] (optionally label-smoothed)."""
+    logits, labels = ins
+    _check_labels(logits, labels)
+    classes = logits.shape[-1]
+    logp = ctx.op("nn.log_softmax", (logits,), {"axis": -1}, name="log_softmax")
+    target = _one_hot(ctx, labels, classes, logits.dtype)
+    eps = c["label_smoothing"]
+    if eps:
+        target = ctx.op("math.add", (ctx.op("math.mul", (target, ctx.const(1.0 - eps, logits.dtype, "keep")), name="smooth"),
+                                     ctx.const(eps / classes, logits.dtype, "spread")), name="target")
+    picked = ctx.op("math.mul", (logp, target), name="picked")
+    total = ctx.op("reduce.sum", (picked,), name="total")
+    count = max(1, prod(labels.shape))
+    return ctx.op("math.mul", (total, ctx.const(-1.0 / count, logits.dtype, "scale")))
+
+
+@layer("mse")
+def mse(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    pred, target = ins
+    if pred.shape != target.shape:
+        raise CarambaError(f"prediction {pred.type} and target {target.type} must have one shape")
+    diff = ctx.op("math.sub", (pred, target), name="diff")
+    sq = ctx.op("math.square", (diff,), name="square")
+    return ctx.op("reduce.mean", (sq,))
+
+
+@layer("accuracy")
+def accuracy(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
+    """Fraction of positions whose argmax matches the label."""
+    logits, labels = ins
+    _check_labels(logits, labels)
+    pred = ctx.op("reduce.argmax", (logits,), {"axis": -1}, name="argmax")
+    if labels.dtype != pred.dtype:
+        labels = ctx.op("math.cast", (labels,), {"dtype": pred.dtype}, name="labels")
+    hit = ctx.op("math.equal", (pred, labels), name="hit")
+    f = ctx.op("math.cast", (hit,), {"dtype": logits.dtype}, name="hits")
+    return ctx.op("reduce.mean", (f,))

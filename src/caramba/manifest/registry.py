@@ -1,0 +1,293 @@
+"""The asset registry: operation, optimizer, block, model and manifest schemas from packaged YAML.
+
+Every asset file under ``caramba/assets/<kind>/`` declares ``kind``, ``op`` (its ID), a
+description, typed ports (``inputs``/``outputs``) and typed ``config`` fields with defaults.
+Operations say how they lower (``ir: <op id>`` for a direct IR op, ``lowering: <name>`` for a
+layer in ``caramba.manifest.layers``); blocks and models carry a ``topology`` that is expanded
+with ``${config.<field>}`` bound to the node's resolved config; manifest templates carry a
+whole manifest. Files under ``assets/fragment/`` are include targets, not assets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from caramba.errors import did_you_mean
+from caramba.ir.attrs import REQUIRED
+from caramba.manifest.errors import Loc, ManifestError, format_path
+from caramba.manifest.loader import Y, _plain, parse_yaml
+
+KINDS = ("operation", "optimizer", "block", "model", "manifest")
+CONFIG_TYPES = ("int", "float", "bool", "str", "ints", "floats", "dtype", "any", "mapping", "int?", "float?", "str?", "ints?")
+_META_KEYS = {
+    "kind", "op", "label", "category", "description", "inputs", "outputs", "config", "ir", "lowering",
+    "params", "topology", "manifest", "example",
+}
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    type: str = "tensor"
+    description: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    name: str
+    type: str
+    default: Any = REQUIRED
+    description: str = ""
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One registry entry. ``topology``/``manifest`` hold the unexpanded YAML tree."""
+
+    kind: str
+    op: str
+    description: str
+    file: str
+    label: str = ""
+    category: str = ""
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = (Port("out"),)
+    config: tuple[ConfigField, ...] = ()
+    ir: str | None = None
+    lowering: str | None = None
+    params: tuple[str, ...] = ()
+    topology: Y | None = field(default=None, repr=False, compare=False)
+    manifest: Y | None = field(default=None, repr=False, compare=False)
+    example: Any = field(default=None, repr=False, compare=False)
+    text: str = field(default="", repr=False, compare=False)
+
+    @property
+    def config_index(self) -> dict[str, ConfigField]:
+        return {c.name: c for c in self.config}
+
+    def arity(self) -> tuple[int, int]:
+        return sum(1 for p in self.inputs if not p.optional), len(self.inputs)
+
+    def resolve_config(self, given: Mapping[str, Any], error: Any) -> dict[str, Any]:
+        """Check ``given`` against the config schema; fill defaults. ``error(key, msg)`` raises."""
+        index = self.config_index
+        for key in given:
+            if key not in index:
+                error(key, f"unknown config key '{key}' for {self.op}; "
+                      + (did_you_mean(key, index) if index else "it takes no config"))
+        out: dict[str, Any] = {}
+        for f in self.config:
+            if f.name in given:
+                out[f.name] = coerce(f, given[f.name], lambda msg, f=f: error(f.name, msg))
+            elif f.required:
+                error(None, f"missing required config '{f.name}' ({f.type}) for {self.op}"
+                      + (f": {f.description}" if f.description else ""))
+            else:
+                out[f.name] = f.default
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "op": self.op,
+            "label": self.label or self.op,
+            "category": self.category,
+            "description": self.description,
+            "inputs": [p.__dict__ for p in self.inputs],
+            "outputs": [p.__dict__ for p in self.outputs],
+            "config": [
+                {"name": c.name, "type": c.type, "default": None if c.required else c.default,
+                 "required": c.required, "description": c.description,
+                 **({"choices": list(c.choices)} if c.choices else {})}
+                for c in self.config
+            ],
+            "file": self.file,
+        }
+
+
+def coerce(f: ConfigField, value: Any, fail: Any) -> Any:
+    """Check/convert one config value to the field's type (ints widen to floats)."""
+    kind = f.type
+    if value is None and (kind.endswith("?") or kind == "any"):
+        return None
+    base = kind.rstrip("?")
+    ok = True
+    if base == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif base == "bool":
+        ok = isinstance(value, bool)
+    elif base in ("str", "dtype"):
+        ok = isinstance(value, str)
+        if ok and base == "dtype":
+            from caramba.ir.dtypes import DType
+
+            ok = value in {d.value for d in DType}
+    elif base == "ints":
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    elif base == "floats":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = [value]
+        ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        value = [float(v) for v in value] if ok else value
+    elif base == "mapping":
+        ok = isinstance(value, dict)
+    if not ok:
+        fail(f"config '{f.name}' must be {_type_words(kind)}, got {value!r}")
+    if f.choices is not None and value not in f.choices:
+        fail(f"config '{f.name}' must be one of {', '.join(map(repr, f.choices))}, got {value!r}")
+    return value
+
+
+def _type_words(kind: str) -> str:
+    words = {
+        "int": "an int", "float": "a number", "bool": "true or false", "str": "a string",
+        "dtype": "a dtype name (float64, float32, int64, ...)", "ints": "a list of ints",
+        "floats": "a list of numbers", "mapping": "a mapping", "any": "any value",
+    }
+    w = words[kind.rstrip("?")]
+    return w + " or null" if kind.endswith("?") else w
+
+
+class Registry:
+    """All assets by ID. ``get(op)`` raises a ManifestError-ready message for unknown IDs."""
+
+    def __init__(self, assets: Mapping[str, Asset], root: Path | None = None) -> None:
+        self.assets = dict(assets)
+        self.root = root
+
+    def __contains__(self, op: str) -> bool:
+        return op in self.assets
+
+    def __iter__(self):
+        return iter(sorted(self.assets))
+
+    def __len__(self) -> int:
+        return len(self.assets)
+
+    def get(self, op: str, kinds: tuple[str, ...] | None = None) -> Asset:
+        a = self.assets.get(op)
+        if a is None or (kinds is not None and a.kind not in kinds):
+            valid = [k for k, v in self.assets.items() if kinds is None or v.kind in kinds]
+            what = "/".join(kinds) if kinds else "asset"
+            raise KeyError(f"unknown {what} '{op}'; {did_you_mean(op, valid)}")
+        return a
+
+    def list(self, kind: str | None = None) -> list[Asset]:
+        if kind is not None and kind not in KINDS:
+            raise ManifestError(f"unknown asset kind '{kind}'; {did_you_mean(kind, KINDS)}")
+        return [self.assets[k] for k in sorted(self.assets) if kind is None or self.assets[k].kind == kind]
+
+
+def asset_root() -> Path:
+    return Path(str(resources.files("caramba") / "assets"))
+
+
+@cache
+def registry() -> Registry:
+    """The packaged registry (loaded once per process)."""
+    return load_registry(asset_root())
+
+
+def load_registry(root: Path, extra: Mapping[str, Asset] | None = None) -> Registry:
+    assets: dict[str, Asset] = {}
+    for path in sorted(root.rglob("*.y*ml")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "fragment" or path.suffix not in (".yml", ".yaml"):
+            continue
+        a = load_asset(path, asset_display(path, root))
+        if a.op in assets:
+            raise ManifestError(f"asset '{a.op}' defined twice ({assets[a.op].file} and {a.file})", loc=Loc(a.file, 1, 1))
+        if a.kind != rel.parts[0]:
+            raise ManifestError(f"asset '{a.op}' of kind {a.kind} lives under {rel.parts[0]}/", loc=Loc(a.file, 1, 1))
+        assets[a.op] = a
+    assets.update(extra or {})
+    return Registry(assets, root)
+
+
+def asset_display(path: Path, root: Path) -> str:
+    """How an asset file is named in messages: ``caramba/assets/<kind>/<file>``."""
+    try:
+        return str(Path("caramba/assets") / path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def load_asset(path: Path, display: str) -> Asset:
+    text = path.read_text(encoding="utf-8")
+    tree = parse_yaml(text, display)
+    if tree.kind != "map":
+        raise ManifestError("an asset file is a mapping", loc=tree.loc)
+    meta: dict[str, Any] = {}
+    locs: dict[tuple, Loc] = {}
+    for k, v in tree.value:
+        if k.value not in _META_KEYS:
+            raise ManifestError(f"unknown asset key '{k.value}'; {did_you_mean(k.value, _META_KEYS)}", loc=k.loc)
+        if k.value not in ("topology", "manifest"):
+            meta[k.value] = _plain(v, (k.value,), locs, {})
+
+    def bad(p: tuple, msg: str) -> ManifestError:
+        return ManifestError(msg, loc=locs.get(p, tree.loc), path=format_path(p))
+
+    kind = meta.get("kind")
+    if kind not in KINDS:
+        raise bad(("kind",), f"asset kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    op = meta.get("op")
+    if not isinstance(op, str) or "." not in op:
+        raise bad(("op",), f"asset op must be an ID like family.name, got {op!r}")
+    if not isinstance(meta.get("description"), str) or not meta["description"].strip():
+        raise bad(("description",), f"asset {op} needs a description")
+    ports = {}
+    for side in ("inputs", "outputs"):
+        items = meta.get(side, [] if side == "inputs" else [{"name": "out"}])
+        if not isinstance(items, list):
+            raise bad((side,), f"{side} must be a list of ports")
+        out = []
+        for i, p in enumerate(items):
+            if isinstance(p, str):
+                p = {"name": p}
+            if not isinstance(p, dict) or set(p) - {"name", "type", "description", "optional"} or "name" not in p:
+                raise bad((side, i), "a port is {name, type, description, optional}")
+            out.append(Port(str(p["name"]), str(p.get("type", "tensor")), str(p.get("description", "")), bool(p.get("optional", False))))
+        ports[side] = tuple(out)
+    config = []
+    for i, c in enumerate(meta.get("config", []) or []):
+        if not isinstance(c, dict) or set(c) - {"name", "type", "default", "description", "choices"} or "name" not in c:
+            raise bad(("config", i), "a config field is {name, type, default, description, choices}")
+        if c.get("type") not in CONFIG_TYPES:
+            raise bad(("config", i, "type"), f"config type must be one of {', '.join(CONFIG_TYPES)}, got {c.get('type')!r}")
+        choices = tuple(c["choices"]) if c.get("choices") is not None else None
+        config.append(ConfigField(c["name"], c["type"], c.get("default", REQUIRED), str(c.get("description", "")), choices))
+    topo = tree.get("topology")
+    manifest = tree.get("manifest")
+    if kind in ("block", "model") and topo is None:
+        raise bad(("kind",), f"{kind} asset {op} needs a topology")
+    if kind == "operation" and not (meta.get("ir") or meta.get("lowering")):
+        raise bad(("kind",), f"operation {op} needs `ir:` (an IR op ID) or `lowering:` (a layer name)")
+    if kind == "manifest" and manifest is None:
+        raise bad(("kind",), f"manifest template {op} needs a `manifest:` body")
+    return Asset(
+        kind=kind, op=op, description=meta["description"].strip(), file=display,
+        label=str(meta.get("label", "")), category=str(meta.get("category", "")),
+        inputs=ports["inputs"], outputs=ports["outputs"], config=tuple(config),
+        ir=meta.get("ir"), lowering=meta.get("lowering"), params=tuple(meta.get("params", []) or ()),
+        topology=topo, manifest=manifest, example=meta.get("example"), text=text,
+    )
+
+
+__all__ = ["KINDS", "Asset", "ConfigField", "Port", "Registry", "asset_display", "asset_root", "coerce", "load_registry", "registry"]

@@ -1,0 +1,383 @@
+"""The manifest document as typed models (pydantic). Unknown keys are errors.
+
+A manifest has a ``topology`` (the model: declared inputs, nodes, outputs) and, to be an
+experiment, ``datasets``, a ``trainer``, ``metrics``, ``checkpoints``, ``targets`` with runs,
+and optionally a ``tuner``. ``validate(doc)`` turns a loaded Document into a ``Manifest``
+and every validation problem into one ManifestError at the offending line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from caramba.errors import did_you_mean
+from caramba.manifest.errors import ManifestError, format_path
+from caramba.manifest.loader import Document
+
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
+
+class Strict(BaseModel):
+    """Base of every manifest model: unknown keys are errors that suggest the right one."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            names = set()
+            for name, f in cls.model_fields.items():
+                names.add(f.alias or name)
+            for key in data:
+                if key not in names:
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key '{key}'; {hint}",
+                        {"key": key, "hint": did_you_mean(str(key), names)},
+                    )
+        return data
+
+
+# ---- topology -----------------------------------------------------------------------------
+
+
+class InputSpec(Strict):
+    """An external input of a topology: shape (ints or symbolic dims like ``batch``) and dtype."""
+
+    shape: list[int | Annotated[str, Field(pattern=IDENT)]]
+    dtype: str = "float64"
+    description: str = ""
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, v: list[Any]) -> list[Any]:
+        for d in v:
+            if isinstance(d, int) and d < 0:
+                raise ValueError(f"dimension {d} is negative")
+        return v
+
+
+class NodeSpec(Strict):
+    """One topology node: ``{id, op, in, out, config}``.
+
+    ``in`` names published values (a node publishes its ``id`` for its first output and the
+    names in ``out`` for its outputs in order); ``config`` is checked against the op's schema.
+    """
+
+    id: str = Field(pattern=IDENT)
+    op: str = Field(pattern=NAME)
+    in_: list[str] = Field(default_factory=list, alias="in")
+    out: list[Annotated[str, Field(pattern=IDENT)]] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    precision: str | None = None
+    description: str = ""
+
+    @field_validator("in_", "out", mode="before")
+    @classmethod
+    def _one_name(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class Topology(Strict):
+    inputs: dict[Annotated[str, Field(pattern=IDENT)], InputSpec] = Field(default_factory=dict)
+    nodes: list[NodeSpec] = Field(min_length=1)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    dims: dict[str, int] = Field(default_factory=dict, description="default sizes of symbolic dims")
+    dtype: str = "float64"
+    description: str = ""
+
+    @field_validator("outputs", mode="before")
+    @classmethod
+    def _outputs(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return {str(x): x for x in v}
+        if isinstance(v, str):
+            return {v: v}
+        return v
+
+
+# ---- experiment ---------------------------------------------------------------------------
+
+
+class Split(Strict):
+    train: float = 0.8
+    val: float = 0.0
+    test: float = 0.2
+
+    @model_validator(mode="after")
+    def _sums(self) -> "Split":
+        parts = (self.train, self.val, self.test)
+        if any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-9 or self.train <= 0:
+            raise ValueError(f"split fractions must be >= 0, train > 0, and add up to 1; got {parts}")
+        return self
+
+
+class _Dataset(Strict):
+    split: Split = Field(default_factory=Split)
+    seed: int = 0
+    feed: dict[str, str] = Field(default_factory=dict, description="topology input -> dataset field")
+    limit: int | None = Field(default=None, ge=1, description="use only the first N examples")
+
+
+class DigitsData(_Dataset):
+    """scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes)."""
+
+    source: Literal["digits"]
+    scale: bool = True
+
+
+class GeneratedData(_Dataset):
+    """Synthetic data from a seeded generator."""
+
+    source: Literal["generated"]
+    kind: Literal["blobs", "spirals", "xor", "regression", "sine", "sequence_copy"] = "blobs"
+    n: int = Field(1000, ge=2)
+    features: int = Field(2, ge=1)
+    classes: int = Field(2, ge=2)
+    noise: float = Field(0.1, ge=0)
+    length: int = Field(16, ge=1, description="sequence length (sequence_copy)")
+    vocab: int = Field(8, ge=2, description="vocabulary (sequence_copy)")
+
+
+class NpzData(_Dataset):
+    """Arrays from a local .npz file (fields are the array names)."""
+
+    source: Literal["npz"]
+    path: str
+    fields: dict[str, str] = Field(default_factory=dict, description="field -> array name (default: all arrays)")
+
+
+class CsvData(_Dataset):
+    """A local CSV file of numbers: feature columns become ``x``, the target column ``y``."""
+
+    source: Literal["csv"]
+    path: str
+    target: str | int = -1
+    header: bool = True
+    delimiter: str = ","
+    target_dtype: Literal["int64", "float64"] = "int64"
+
+
+class TextData(_Dataset):
+    """A char-level corpus from a local text file: windows of ``context`` chars, ``x``/``y`` shifted by one."""
+
+    source: Literal["text"]
+    path: str
+    context: int = Field(64, ge=1)
+    split: Split = Field(default_factory=lambda: Split(train=0.9, val=0.1, test=0.0))
+    encoding: str = "utf-8"
+    max_chars: int | None = Field(default=None, ge=2)
+
+
+DatasetSpec = Annotated[DigitsData | GeneratedData | NpzData | CsvData | TextData, Field(discriminator="source")]
+
+
+class OptimizerSpec(Strict):
+    """``op`` names an optimizer schema (``caramba asset list optimizer``); the other keys are its config."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    op: str = "optimizer.adamw"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:  # config keys are checked against the optimizer schema
+        if isinstance(data, str):
+            return {"op": data}
+        return data
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Schedule(Strict):
+    """Learning rate schedule: multiplies ``trainer.lr`` at each step."""
+
+    kind: Literal["constant", "linear", "cosine", "step"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr: float = Field(0.0, ge=0)
+    step_size: int = Field(1000, ge=1, description="steps between decays (kind: step)")
+    gamma: float = Field(0.1, gt=0, description="decay factor (kind: step)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+
+class Trainer(Strict):
+    data: str | None = Field(default=None, description="dataset to train on (default: the only one)")
+    loss: str = Field("loss", description="topology output to minimize (a scalar)")
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    lr: float = Field(1e-3, gt=0)
+    schedule: Schedule = Field(default_factory=Schedule)
+    batch_size: int = Field(32, ge=1)
+    steps: int = Field(100, ge=0)
+    grad_clip: float | None = Field(default=None, gt=0, description="clip the global gradient norm")
+    eval_every: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
+    eval_batch_size: int | None = Field(default=None, ge=1)
+    eval_batches: int | None = Field(default=None, ge=1, description="cap on eval batches per split")
+    log_every: int = Field(10, ge=1)
+    init: dict[str, Any] = Field(default_factory=dict, description="parameter name -> initializer override")
+
+    @field_validator("optimizer", mode="before")
+    @classmethod
+    def _opt(cls, v: Any) -> Any:
+        return {"op": v} if isinstance(v, str) else v
+
+
+class Checkpoints(Strict):
+    every: int = Field(0, ge=0, description="save every N steps (0: only at the end)")
+    at_end: bool = True
+    keep: int = Field(1, ge=1)
+
+
+class Run(Strict):
+    id: str = Field(pattern=NAME)
+    seed: int = 0
+    steps: int | None = Field(default=None, ge=0)
+    mode: Literal["train", "eval"] = "train"
+    checkpoint: str | None = Field(default=None, description="start from this checkpoint (a file or run ID)")
+
+
+class Target(Strict):
+    name: str = Field(pattern=NAME)
+    backend: str | None = None
+    description: str = ""
+    runs: list[Run] = Field(default_factory=lambda: [Run(id="seed0")], min_length=1)
+
+    @field_validator("runs")
+    @classmethod
+    def _unique_runs(cls, v: list[Run]) -> list[Run]:
+        ids = [r.id for r in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"run ids must be unique, got {ids}")
+        return v
+
+
+class Arm(Strict):
+    id: str = Field(pattern=NAME)
+    set: dict[str, Any] = Field(default_factory=dict, description="dotted path -> value, like --set")
+    description: str = ""
+
+
+class Tuner(Strict):
+    metric: str = "val.loss"
+    mode: Literal["min", "max"] = "min"
+    arms: list[Arm] = Field(min_length=1)
+
+    @field_validator("arms")
+    @classmethod
+    def _unique_arms(cls, v: list[Arm]) -> list[Arm]:
+        ids = [a.id for a in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"tuner arm ids must be unique, got {ids}")
+        return v
+
+
+class Manifest(Strict):
+    """A whole manifest after expansion."""
+
+    name: str = Field("experiment", pattern=NAME)
+    description: str = ""
+    version: int | str | None = None
+    topology: Topology
+    datasets: dict[Annotated[str, Field(pattern=IDENT)], DatasetSpec] = Field(default_factory=dict)
+    trainer: Trainer | None = None
+    metrics: list[str] = Field(default_factory=list)
+    checkpoints: Checkpoints = Field(default_factory=Checkpoints)
+    targets: list[Target] = Field(default_factory=list)
+    tuner: Tuner | None = None
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_targets(cls, v: list[Target]) -> list[Target]:
+        names = [t.name for t in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"target names must be unique, got {names}")
+        return v
+
+    @property
+    def is_experiment(self) -> bool:
+        return self.trainer is not None or any(r.mode == "eval" for t in self.targets for r in t.runs)
+
+
+# ---- validation errors -> ManifestError ---------------------------------------------------
+
+
+def validate(doc: Document) -> Manifest:
+    """Check ``doc`` against the schema; the first problem becomes a located ManifestError."""
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "a manifest must be a mapping of sections")
+    try:
+        return Manifest.model_validate(doc.data)
+    except ValidationError as exc:
+        raise _to_manifest_error(doc, exc) from None
+
+
+def _data_path(doc: Document, loc: tuple) -> tuple:
+    """Map pydantic's error loc (which may contain union tags) onto a path in the data."""
+    out: list[Any] = []
+    cur = doc.data
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, dict) and isinstance(part, str) and part.endswith("_") and part[:-1] in cur:
+            out.append(part[:-1])  # field names like in_ for the key `in`
+            cur = cur[part[:-1]]
+    return tuple(out)
+
+
+def _to_manifest_error(doc: Document, exc: ValidationError) -> ManifestError:
+    errors = exc.errors(include_url=False)
+    # Prefer the deepest error: it is the most specific one.
+    first = max(errors, key=lambda e: len(_data_path(doc, tuple(e["loc"]))))
+    path = _data_path(doc, tuple(first["loc"]))
+    kind = first["type"]
+    msg = first["msg"]
+    if kind == "unknown_key":
+        key = first["ctx"]["key"]
+        path = (*path, key)
+        return ManifestError(msg, loc=doc.loc(path, key=True), path=format_path(path))
+    if kind == "missing":
+        field = first["loc"][-1]
+        msg = f"missing required key '{field}'"
+    elif kind == "union_tag_invalid":
+        tag = first["ctx"].get("tag")
+        expected = first["ctx"].get("expected_tags", "")
+        msg = f"unknown source {tag!r}; valid: {expected}"
+        path = (*path, "source") if isinstance(doc.get(path), dict) and "source" in doc.get(path) else path
+    elif kind == "union_tag_not_found":
+        msg = "missing required key 'source' (one of: digits, generated, npz, csv, text)"
+    elif kind == "string_pattern_mismatch":
+        value = doc.get(path)
+        msg = f"{value!r} is not a valid name (letters, digits and _, not starting with a digit)"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    elif "input" in first and not isinstance(first["input"], (dict, list)):
+        msg = f"{msg}, got {first['input']!r}"
+    more = len(errors) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ManifestError(msg, loc=doc.loc(path), path=format_path(path))
+
+
+def is_name(s: str) -> bool:
+    return bool(re.match(IDENT, s))
+
+
+__all__ = [
+    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "DigitsData", "GeneratedData", "InputSpec", "Manifest",
+    "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
+    "Trainer", "Tuner", "validate",
+]

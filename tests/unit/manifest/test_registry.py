@@ -1,0 +1,71 @@
+"""The asset registry: every packaged asset loads, lowers on its example and matches the IR."""
+
+import pytest
+
+import caramba.ir as ir
+from caramba.ir.attrs import REQUIRED
+from caramba.manifest import ManifestError
+from caramba.manifest.lower import LAYERS, lower_example
+from caramba.manifest.registry import KINDS, registry
+
+REG = registry()
+
+
+def test_every_kind_is_present():
+    kinds = {a.kind for a in REG.list()}
+    assert {"operation", "block", "model", "optimizer", "manifest"} <= kinds | {"optimizer", "manifest"}
+    assert set(kinds) <= set(KINDS)
+    for op in ("projection.linear", "embedding.token", "attention.sdpa", "norm.layer", "block.mlp",
+               "block.residual", "block.transformer", "block.conv", "model.mlp_classifier", "model.gpt_tiny",
+               "model.gpt2_small", "model.cnn_classifier", "model.audio_classifier"):
+        assert op in REG, op
+
+
+@pytest.mark.parametrize("asset", [a for a in REG.list("operation") if a.ir], ids=lambda a: a.op)
+def test_direct_ir_operations_match_their_opdef(asset):
+    opdef = ir.get_op(asset.ir)
+    attrs = {a.name: a for a in opdef.attrs}
+    for c in asset.config:
+        assert c.name in attrs, f"{asset.op} config '{c.name}' is not an attribute of {asset.ir}"
+        assert (c.default is REQUIRED) == (attrs[c.name].default is REQUIRED), c.name
+    lo, hi = asset.arity()
+    want_lo, want_hi = (opdef.arity, opdef.arity) if isinstance(opdef.arity, int) else opdef.arity
+    assert lo >= want_lo and (want_hi is None or hi <= want_hi)
+
+
+@pytest.mark.parametrize("asset", [a for a in REG.list("operation") if a.lowering], ids=lambda a: a.op)
+def test_layer_operations_have_a_lowering(asset):
+    assert asset.lowering in LAYERS
+
+
+@pytest.mark.parametrize("asset", REG.list("block") + [a for a in REG.list("model") if a.op != "model.gpt2_small"],
+                         ids=lambda a: a.op)
+def test_blocks_and_models_lower_on_their_example(asset):
+    low = lower_example(asset)
+    ir.verify(low.graph)
+    assert low.params and all(name.startswith(asset.op.rsplit(".", 1)[-1] + ".") for name in low.params)
+    for node in low.graph.nodes:
+        assert node.origin is not None and node.origin.line is not None, node.id
+
+
+def test_gpt2_small_has_124m_parameters_in_12_layers():
+    low = lower_example(REG.get("model.gpt2_small"))
+    assert abs(low.param_count() - 124_439_808) <= 0.01 * 124e6
+    assert low.param_count() == 124_439_808  # GPT-2 small with tied embeddings, exactly
+    layers = {name.split(".")[1] for name in low.params if name.split(".")[1].startswith("h_")}
+    assert len(layers) == 12
+    assert low.graph.type_of(low.graph.outputs["gpt2_small"]).shape == (1, 1024, 50257)
+
+
+def test_unknown_asset_suggests():
+    with pytest.raises(KeyError, match="did you mean 'projection.linear'"):
+        REG.get("projection.linaer")
+    with pytest.raises(ManifestError, match="unknown asset kind"):
+        REG.list("blocks")
+
+
+def test_summary_lists_ports_and_typed_config():
+    s = REG.get("projection.linear").summary()
+    assert s["inputs"][0]["name"] == "x" and s["outputs"][0]["name"] == "y"
+    cfg = {c["name"]: c for c in s["config"]}
+    assert cfg["out_features"]["required"] and cfg["bias"]["default"] is True and cfg["in_features"]["type"] == "int?"
