@@ -125,24 +125,24 @@ class _Dataset(Strict):
     limit: int | None = Field(default=None, ge=1, description="use only the first N examples")
 
 
-class DigitsData(_Dataset):
-    """scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes)."""
+class SklearnData(_Dataset):
+    """Small real data bundled with scikit-learn (``pip install caramba[data]``); no network."""
 
-    source: Literal["digits"]
-    scale: bool = True
+    source: Literal["sklearn"]
+    name: Literal["digits", "iris", "wine", "breast_cancer"] = "digits"
+    scale: bool = Field(True, description="digits: pixels / 16; others: standardize features")
 
 
 class GeneratedData(_Dataset):
     """Synthetic data from a seeded generator."""
 
     source: Literal["generated"]
-    kind: Literal["blobs", "spirals", "xor", "regression", "sine", "sequence_copy"] = "blobs"
+    kind: Literal["blobs", "spirals", "xor", "regression", "tones"] = "blobs"
     n: int = Field(1000, ge=2)
     features: int = Field(2, ge=1)
     classes: int = Field(2, ge=2)
     noise: float = Field(0.1, ge=0)
-    length: int = Field(16, ge=1, description="sequence length (sequence_copy)")
-    vocab: int = Field(8, ge=2, description="vocabulary (sequence_copy)")
+    length: int = Field(256, ge=1, description="samples per waveform (tones)")
 
 
 class NpzData(_Dataset):
@@ -173,9 +173,10 @@ class TextData(_Dataset):
     split: Split = Field(default_factory=lambda: Split(train=0.9, val=0.1, test=0.0))
     encoding: str = "utf-8"
     max_chars: int | None = Field(default=None, ge=2)
+    vocab_size: int | None = Field(default=None, ge=1, description="fail if the text has more distinct characters")
 
 
-DatasetSpec = Annotated[DigitsData | GeneratedData | NpzData | CsvData | TextData, Field(discriminator="source")]
+DatasetSpec = Annotated[SklearnData | GeneratedData | NpzData | CsvData | TextData, Field(discriminator="source")]
 
 
 class OptimizerSpec(Strict):
@@ -358,7 +359,7 @@ def _to_manifest_error(doc: Document, exc: ValidationError) -> ManifestError:
         msg = f"unknown source {tag!r}; valid: {expected}"
         path = (*path, "source") if isinstance(doc.get(path), dict) and "source" in doc.get(path) else path
     elif kind == "union_tag_not_found":
-        msg = "missing required key 'source' (one of: digits, generated, npz, csv, text)"
+        msg = "missing required key 'source' (one of: sklearn, generated, npz, csv, text)"
     elif kind == "string_pattern_mismatch":
         value = doc.get(path)
         msg = f"{value!r} is not a valid name (letters, digits and _, not starting with a digit)"
@@ -377,7 +378,7 @@ def is_name(s: str) -> bool:
 
 
 __all__ = [
-    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "DigitsData", "GeneratedData", "InputSpec", "Manifest",
+    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "SklearnData", "GeneratedData", "InputSpec", "Manifest",
     "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
     "Trainer", "Tuner", "validate",
 ]

@@ -12,7 +12,7 @@ topology:
   nodes:
     - {id: fc, op: projection.linear, in: x, config: {out_features: 3}}
 datasets:
-  d: {source: digits}
+  d: {source: sklearn}
 trainer: {optimizer: {op: optimizer.adam, beta1: 0.9}, lr: 1e-3, steps: 10, schedule: cosine}
 targets: [{name: cpu, backend: cpu}]
 """
@@ -31,12 +31,12 @@ def test_a_valid_manifest_has_typed_sections_and_defaults():
     [
         ("steps: 10", "stepz: 10", 8, 66, r"trainer.stepz: unknown key 'stepz'; did you mean 'steps'"),
         ("name: t\n", "name: t\nbatch_size: 3\n", 2, 1, r"unknown key 'batch_size'"),
-        ("{source: digits}", "{source: digitz}", 7, 15, r"unknown source 'digitz'"),
-        ("{source: digits}", "{source: digits, splt: {}}", 7, 23, r"did you mean 'split'"),
+        ("{source: sklearn}", "{source: sklern}", 7, 15, r"unknown source .sklern."),
+        ("{source: sklearn}", "{source: sklearn, splt: {}}", 7, 24, r"did you mean 'split'"),
         ("id: fc,", "id: 1fc,", 5, 12, r"'1fc' is not a valid name"),
         ("lr: 1e-3", "lr: -1", 8, 60, r"trainer.lr: Input should be greater than 0, got -1"),
         ("shape: [batch, 4]", "shape: [batch, -4]", 3, 23, r"dimension -4 is negative"),
-        ("{source: digits}", "{source: digits, split: {train: 0.5, test: 0.1}}", 7, 30, r"add up to 1"),
+        ("{source: sklearn}", "{source: sklearn, split: {train: 0.5, test: 0.1}}", 7, 31, r"add up to 1"),
         ("targets: [{name: cpu, backend: cpu}]", "targets: [{name: a}, {name: a}]", 9, 10, r"target names must be unique"),
     ],
 )

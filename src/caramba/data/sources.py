@@ -1,0 +1,209 @@
+"""Dataset sources: scikit-learn's bundled data, seeded generators, local npz/csv/text files."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from caramba.data.core import ArrayDataset, DataError, Dataset, TextDataset
+from caramba.errors import did_you_mean
+
+SKLEARN_SETS = {
+    # name -> (file in sklearn/datasets/data, has a "n,features,class names" header, description)
+    "digits": ("digits.csv.gz", False, "8x8 images of handwritten digits, 1797 examples, 10 classes"),
+    "iris": ("iris.csv", True, "iris flowers, 150 examples, 4 features, 3 classes"),
+    "wine": ("wine_data.csv", True, "wine cultivars, 178 examples, 13 features, 3 classes"),
+    "breast_cancer": ("breast_cancer.csv", True, "breast cancer diagnosis, 569 examples, 30 features, 2 classes"),
+}
+
+
+def load_dataset(name: str, spec: Any, base_dir: Path | str = ".") -> Dataset:
+    """Build dataset ``name`` from its manifest spec (a mapping or the schema model).
+
+    Relative file paths are resolved against ``base_dir`` (the manifest's folder).
+    """
+    s = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec)
+    source = s.get("source")
+    loaders = {"sklearn": _sklearn, "generated": _generated, "npz": _npz, "csv": _csv, "text": _text}
+    if source not in loaders:
+        raise DataError(f"dataset '{name}': unknown source {source!r}; {did_you_mean(str(source), loaders)}")
+    split = s.get("split") or {"train": 0.8, "val": 0.0, "test": 0.2}
+    fractions = (split["train"], split["val"], split["test"])
+    return loaders[source](name, s, fractions, Path(base_dir))
+
+
+def _resolve(base: Path, path: str, name: str) -> Path:
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else base / p
+    if not p.is_file():
+        raise DataError(f"dataset '{name}': file {p} does not exist")
+    return p
+
+
+# ---- scikit-learn's bundled data (read from the package's files, without importing sklearn) ----
+
+
+def sklearn_data_dir() -> Path:
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(
+            "this dataset is bundled with scikit-learn, which is not installed",
+            hint="pip install 'caramba[data]'  (or: pip install scikit-learn)",
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
+
+
+def _sklearn(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    which = s.get("name", "digits")
+    if which not in SKLEARN_SETS:
+        raise DataError(f"dataset '{name}': scikit-learn set {which!r} is not bundled; {did_you_mean(which, SKLEARN_SETS)}")
+    file, header, desc = SKLEARN_SETS[which]
+    path = sklearn_data_dir() / file
+    if not path.is_file():
+        raise DataError(f"dataset '{name}': {path} is missing from the scikit-learn installation")
+    opener = gzip.open if file.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        classes: list[str] = []
+        if header:
+            head = f.readline().strip().split(",")
+            classes = head[2:]
+        table = np.loadtxt(f, delimiter=",", dtype=np.float64)
+    x, y = table[:, :-1], table[:, -1].astype(np.int64)
+    if s.get("scale", True):
+        if which == "digits":
+            x = x / 16.0  # pixel intensities 0..16
+        else:
+            mu, sd = x.mean(axis=0), x.std(axis=0)
+            x = (x - mu) / np.where(sd > 0, sd, 1.0)
+    arrays = {"x": x, "y": y}
+    if which == "digits":
+        arrays["image"] = x.reshape(-1, 1, 8, 8)
+    n_classes = int(y.max()) + 1
+    info = {"description": desc, "source": f"scikit-learn {which} ({path.name})", "classes": n_classes,
+            "class_names": classes or [str(i) for i in range(n_classes)]}
+    return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+# ---- generated ----------------------------------------------------------------------------
+
+
+def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    kind = s.get("kind", "blobs")
+    rng = np.random.default_rng(s.get("seed", 0))
+    n, f, k, noise = s.get("n", 1000), s.get("features", 2), s.get("classes", 2), s.get("noise", 0.1)
+    info: dict[str, Any] = {"description": f"generated {kind}", "classes": k}
+    if kind == "blobs":
+        centers = rng.normal(0.0, 3.0, size=(k, f))
+        y = rng.integers(0, k, size=n)
+        x = centers[y] + rng.normal(0.0, 1.0 + noise, size=(n, f))
+        arrays = {"x": x, "y": y}
+    elif kind == "spirals":
+        y = rng.integers(0, k, size=n)
+        t = rng.uniform(0.25, 1.0, size=n)
+        angle = 4.0 * t + 2 * np.pi * y / k
+        x = np.stack([t * np.cos(angle), t * np.sin(angle)], axis=1) + rng.normal(0, noise * 0.1, size=(n, 2))
+        arrays = {"x": x, "y": y}
+    elif kind == "xor":
+        x = rng.uniform(-1, 1, size=(n, 2))
+        y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).astype(np.int64)
+        arrays = {"x": x + rng.normal(0, noise * 0.1, size=x.shape), "y": y}
+        info["classes"] = 2
+    elif kind == "regression":
+        w = rng.normal(size=(f, 1))
+        x = rng.normal(size=(n, f))
+        arrays = {"x": x, "y": x @ w + noise * rng.normal(size=(n, 1))}
+        info.pop("classes")
+    elif kind == "tones":
+        length = s.get("length", 256)
+        y = rng.integers(0, k, size=n)
+        freq = 2.0 + 3.0 * y + rng.uniform(-0.5, 0.5, size=n)  # cycles per window, well separated per class
+        phase = rng.uniform(0, 2 * np.pi, size=n)
+        t = np.arange(length) / length
+        wave = np.sin(2 * np.pi * freq[:, None] * t[None, :] + phase[:, None])
+        wave += noise * rng.normal(size=wave.shape)
+        arrays = {"wave": wave[:, None, :], "y": y}
+    else:
+        raise DataError(f"dataset '{name}': unknown generated kind {kind!r}; "
+                        + did_you_mean(kind, ("blobs", "spirals", "xor", "regression", "tones")))
+    return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+# ---- local files --------------------------------------------------------------------------
+
+
+def _npz(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    path = _resolve(base, s["path"], name)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            available = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"dataset '{name}': cannot read {path}: {exc}") from None
+    mapping = s.get("fields") or {k: k for k in available}
+    arrays = {}
+    for fld, arr in mapping.items():
+        if arr not in available:
+            raise DataError(f"dataset '{name}': {path.name} has no array '{arr}'; {did_you_mean(arr, available)}")
+        arrays[fld] = available[arr]
+    info: dict[str, Any] = {"description": f"arrays from {path.name}"}
+    if "y" in arrays and np.issubdtype(arrays["y"].dtype, np.integer):
+        arrays["y"] = arrays["y"].astype(np.int64)
+        info["classes"] = int(arrays["y"].max()) + 1
+    return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+def _csv(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    path = _resolve(base, s["path"], name)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter=s.get("delimiter", ",")))
+    header = rows.pop(0) if s.get("header", True) and rows else None
+    if not rows:
+        raise DataError(f"dataset '{name}': {path} has no data rows")
+    target = s.get("target", -1)
+    ncols = len(rows[0])
+    if isinstance(target, str):
+        if header is None or target not in header:
+            raise DataError(f"dataset '{name}': no column '{target}' in {path.name}; "
+                            + (did_you_mean(target, header) if header else "the file has no header"))
+        col = header.index(target)
+    else:
+        col = target % ncols
+    try:
+        table = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError as exc:
+        raise DataError(f"dataset '{name}': {path.name} must hold numbers only: {exc}") from None
+    except TypeError:
+        raise DataError(f"dataset '{name}': {path.name} rows have different lengths") from None
+    if table.ndim != 2 or table.shape[1] != ncols:
+        raise DataError(f"dataset '{name}': {path.name} rows have different lengths")
+    x = np.delete(table, col, axis=1)
+    info: dict[str, Any] = {"description": f"{path.name}, {len(rows)} rows"}
+    if s.get("target_dtype", "int64") == "int64":
+        y = table[:, col].astype(np.int64)
+        info["classes"] = int(y.max()) + 1
+    else:
+        y = table[:, col : col + 1]
+    return ArrayDataset(name, {"x": x, "y": y}, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+def _text(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    path = _resolve(base, s["path"], name)
+    try:
+        text = path.read_text(encoding=s.get("encoding", "utf-8"))
+    except (OSError, UnicodeDecodeError, LookupError) as exc:
+        raise DataError(f"dataset '{name}': cannot read {path}: {exc}") from None
+    if s.get("max_chars"):
+        text = text[: s["max_chars"]]
+    vocab = sorted(set(text))
+    limit = s.get("vocab_size")
+    if limit is not None and len(vocab) > limit:
+        raise DataError(f"dataset '{name}': {path.name} has {len(vocab)} distinct characters, more than vocab_size {limit}")
+    index = {c: i for i, c in enumerate(vocab)}
+    tokens = np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
+    info = {"description": f"characters of {path.name}", "source": str(path)}
+    return TextDataset(name, tokens, vocab, s.get("context", 64), fractions, info)
