@@ -10,3 +10,4 @@ from caramba.store.blobs import (
     StoreError,
     open_store,
 )
+from caramba.store.runs import Artifact, RunNotFound, RunRecord, RunStore, open_runs

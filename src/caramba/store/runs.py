@@ -1,0 +1,305 @@
+"""The local run store: runs, metrics and artifacts in a directory with one SQLite index.
+
+Layout under the store root (``settings.store``, default ``~/.caramba/store``)::
+
+    runs.sqlite                 runs, metrics and artifacts tables (WAL: readable while a run writes)
+    runs/<run id>/              the run's files: resolved manifest, IR, checkpoints, plots
+
+A run ID is ``<experiment>-<yyyymmdd>-<hhmmss>-<4 hex>``; commands accept any unique prefix,
+or ``latest``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from caramba.errors import CarambaError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    group_id TEXT NOT NULL DEFAULT '',
+    arm TEXT NOT NULL DEFAULT '',
+    target TEXT NOT NULL DEFAULT '',
+    run_name TEXT NOT NULL DEFAULT '',
+    seed INTEGER NOT NULL DEFAULT 0,
+    backend TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    step INTEGER NOT NULL DEFAULT 0,
+    steps INTEGER NOT NULL DEFAULT 0,
+    manifest_path TEXT NOT NULL DEFAULT '',
+    manifest_sha256 TEXT NOT NULL DEFAULT '',
+    config TEXT NOT NULL DEFAULT '{}',
+    summary TEXT NOT NULL DEFAULT '{}',
+    error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    step INTEGER NOT NULL,
+    split TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value REAL NOT NULL,
+    time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_run ON metrics(run_id, name, step);
+CREATE TABLE IF NOT EXISTS artifacts (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+"""
+
+STATUSES = ("created", "running", "finished", "failed", "cancelled")
+
+
+class RunNotFound(CarambaError):
+    """No run matches the given ID or prefix. ``caramba research status`` lists the runs."""
+
+
+@dataclass
+class RunRecord:
+    id: str
+    experiment: str
+    status: str
+    created: float
+    dir: Path
+    group_id: str = ""
+    arm: str = ""
+    target: str = ""
+    run_name: str = ""
+    seed: int = 0
+    backend: str = ""
+    started: float | None = None
+    finished: float | None = None
+    step: int = 0
+    steps: int = 0
+    manifest_path: str = ""
+    manifest_sha256: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.finished or time.time()) - self.started
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "dir"}
+        d["dir"] = str(self.dir)
+        return d
+
+
+@dataclass(frozen=True)
+class Artifact:
+    run_id: str
+    name: str
+    kind: str
+    sha256: str
+    size: int
+    path: Path
+
+
+class RunStore:
+    """Runs, metrics and artifacts on local disk (directory + SQLite)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "runs").mkdir(exist_ok=True)
+        self.db_path = self.root / "runs.sqlite"
+        with self._db() as db:
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def _db(self):
+        db = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.row_factory = sqlite3.Row
+            yield db
+            db.commit()
+        finally:
+            db.close()
+
+    # ---- runs ------------------------------------------------------------------------------
+    def create_run(self, experiment: str, *, group_id: str = "", arm: str = "", target: str = "",
+                   run_name: str = "", seed: int = 0, backend: str = "", steps: int = 0,
+                   manifest_path: str = "", manifest_sha256: str = "", config: Mapping[str, Any] | None = None) -> RunRecord:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment)[:40] or "run"
+        run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
+        now = time.time()
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO runs (id, experiment, group_id, arm, target, run_name, seed, backend, status, created,"
+                " steps, manifest_path, manifest_sha256, config) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, experiment, group_id, arm, target, run_name, seed, backend, "created", now, steps,
+                 manifest_path, manifest_sha256, json.dumps(dict(config or {}), default=str)),
+            )
+        self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+        return self.get(run_id)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def start(self, run_id: str) -> None:
+        with self._db() as db:
+            db.execute("UPDATE runs SET status='running', started=? WHERE id=?", (time.time(), run_id))
+
+    def progress(self, run_id: str, step: int) -> None:
+        with self._db() as db:
+            db.execute("UPDATE runs SET step=? WHERE id=?", (step, run_id))
+
+    def finish(self, run_id: str, status: str = "finished", summary: Mapping[str, Any] | None = None,
+               error: str = "") -> None:
+        if status not in STATUSES:
+            raise CarambaError(f"unknown run status '{status}'; one of {', '.join(STATUSES)}")
+        with self._db() as db:
+            db.execute("UPDATE runs SET status=?, finished=?, summary=?, error=? WHERE id=?",
+                       (status, time.time(), json.dumps(dict(summary or {}), default=str), error, run_id))
+
+    def update_summary(self, run_id: str, values: Mapping[str, Any]) -> None:
+        rec = self.get(run_id)
+        with self._db() as db:
+            db.execute("UPDATE runs SET summary=? WHERE id=?", (json.dumps({**rec.summary, **values}, default=str), run_id))
+
+    def _record(self, row: sqlite3.Row) -> RunRecord:
+        d = dict(row)
+        d["config"] = json.loads(d["config"] or "{}")
+        d["summary"] = json.loads(d["summary"] or "{}")
+        return RunRecord(dir=self.run_dir(d["id"]), **d)
+
+    def get(self, ref: str) -> RunRecord:
+        """A run by ID, unique ID prefix, or ``latest``."""
+        with self._db() as db:
+            if ref == "latest":
+                row = db.execute("SELECT * FROM runs ORDER BY created DESC LIMIT 1").fetchone()
+                if row is None:
+                    raise RunNotFound(f"the store {self.root} has no runs yet")
+                return self._record(row)
+            rows = db.execute("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY created DESC LIMIT 5",
+                              (ref, ref.replace("%", "") + "%")).fetchall()
+        exact = [r for r in rows if r["id"] == ref]
+        if exact:
+            return self._record(exact[0])
+        if not rows:
+            raise RunNotFound(f"no run '{ref}' in {self.root}", hint="`caramba research status` lists the runs")
+        if len(rows) > 1:
+            raise RunNotFound(f"'{ref}' matches several runs: {', '.join(r['id'] for r in rows)}; give more of the ID")
+        return self._record(rows[0])
+
+    def list(self, limit: int = 50, experiment: str | None = None, group_id: str | None = None) -> list[RunRecord]:
+        q, args = "SELECT * FROM runs", []
+        where = []
+        if experiment:
+            where.append("experiment = ?")
+            args.append(experiment)
+        if group_id:
+            where.append("group_id = ?")
+            args.append(group_id)
+        if where:
+            q += " WHERE " + " AND ".join(where)
+        q += " ORDER BY created DESC LIMIT ?"
+        args.append(limit)
+        with self._db() as db:
+            return [self._record(r) for r in db.execute(q, args).fetchall()]
+
+    # ---- metrics ---------------------------------------------------------------------------
+    def log_metrics(self, run_id: str, step: int, values: Mapping[str, float], split: str = "train") -> None:
+        now = time.time()
+        rows = [(run_id, int(step), split, k, float(v), now) for k, v in values.items()]
+        with self._db() as db:
+            db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", rows)
+            db.execute("UPDATE runs SET step=MAX(step, ?) WHERE id=?", (int(step), run_id))
+
+    def metrics(self, run_id: str, name: str | None = None, split: str | None = None) -> list[tuple[int, str, str, float]]:
+        """``(step, split, name, value)`` rows in step order."""
+        q, args = "SELECT step, split, name, value FROM metrics WHERE run_id = ?", [run_id]
+        if name is not None:
+            q += " AND name = ?"
+            args.append(name)
+        if split is not None:
+            q += " AND split = ?"
+            args.append(split)
+        with self._db() as db:
+            return [tuple(r) for r in db.execute(q + " ORDER BY step, rowid", args).fetchall()]  # type: ignore[misc]
+
+    def series(self, run_id: str, name: str, split: str) -> tuple[list[int], list[float]]:
+        rows = self.metrics(run_id, name, split)
+        return [r[0] for r in rows], [r[3] for r in rows]
+
+    # ---- artifacts -------------------------------------------------------------------------
+    def add_artifact(self, run_id: str, name: str, data: bytes | str | Path, kind: str = "file") -> Artifact:
+        """Store ``data`` (bytes, text, or a file already written in the run folder) as ``name``."""
+        if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            raise CarambaError(f"artifact name '{name}' must be a relative path inside the run folder")
+        path = self.run_dir(run_id) / name
+        if isinstance(data, Path):
+            if data.resolve() != path.resolve():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data.read_bytes())
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+            tmp.replace(path)
+        digest, size = _sha256(path)
+        with self._db() as db:
+            db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?,?,?,?,?)", (run_id, name, kind, digest, size, time.time()))
+        return Artifact(run_id, name, kind, digest, size, path)
+
+    def artifacts(self, run_id: str, kind: str | None = None) -> list[Artifact]:
+        q, args = "SELECT name, kind, sha256, size FROM artifacts WHERE run_id = ?", [run_id]
+        if kind is not None:
+            q += " AND kind = ?"
+            args.append(kind)
+        with self._db() as db:
+            rows = db.execute(q + " ORDER BY created, name", args).fetchall()
+        return [Artifact(run_id, r["name"], r["kind"], r["sha256"], r["size"], self.run_dir(run_id) / r["name"]) for r in rows]
+
+    def remove_artifact(self, run_id: str, name: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM artifacts WHERE run_id = ? AND name = ?", (run_id, name))
+        (self.run_dir(run_id) / name).unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def open_runs(root: str | Path | None = None) -> RunStore:
+    """The run store at ``root`` (default: the ``store`` setting)."""
+    if root is None:
+        from caramba.config import settings
+
+        root = settings().store
+    return RunStore(root)
+
+
+__all__ = ["Artifact", "RunNotFound", "RunRecord", "RunStore", "open_runs"]
