@@ -53,6 +53,7 @@ def _load() -> None:
         random,
         reduce,
         shape,
+        train,
     )
 
 

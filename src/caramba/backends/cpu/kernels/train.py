@@ -1,0 +1,353 @@
+"""cpu kernels for train.*: losses, metrics, optimizer updates (one fused pass each) and the
+checkpoint writer.
+
+Optimizer updates run as one Numba loop over the parameter (both cores for large ones) when
+Numba is installed, else as NumPy expressions. Both evaluate the same IEEE operations in the
+same order (no contraction to FMA), so they give bit-identical results.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from caramba.backends.cpu.kernels import FLOAT, kernel
+from caramba.backends.cpu.kernels.reduce import logsumexp
+from caramba.errors import CarambaError
+from caramba.ir.dtypes import DType
+
+LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
+PARALLEL_MIN = 1 << 15  # elements below which a serial loop beats waking the thread pool
+
+
+def _reduce(node):
+    how = node.attrs["reduction"]
+    if how == "mean":
+        return lambda v: np.asarray(np.mean(v))
+    if how == "sum":
+        return lambda v: np.asarray(np.sum(v))
+    return lambda v: v
+
+
+# ---- losses -----------------------------------------------------------------------------
+
+
+@kernel("train.loss.mse", FLOAT)
+def _mse(node, ins):
+    red = _reduce(node)
+
+    def mse(p, t):
+        d = p - t
+        return red(d * d)
+
+    return mse
+
+
+class LabelOutOfRange(CarambaError):
+    """A class label fed to a loss or metric is outside [0, classes)."""
+
+
+def check_labels(labels, c: int, what: str) -> None:
+    if labels.size and (labels.min() < 0 or labels.max() >= c):
+        bad = labels[(labels < 0) | (labels >= c)].ravel()[:5].tolist()
+        raise LabelOutOfRange(f"{what}: labels {bad} are outside [0, {c})")
+
+
+def cross_entropy_rows(logits, labels, smoothing, what):
+    """Per-row loss lse - (1-s)*x[label] - (s/C)*sum(x)."""
+    c = logits.shape[-1]
+    check_labels(labels, c, what)
+    lse = logsumexp(logits, (logits.ndim - 1,), False)
+    picked = np.take_along_axis(logits, labels[..., None].astype(np.int64), axis=-1)[..., 0]
+    loss = lse - picked if smoothing == 0.0 else lse - (1.0 - smoothing) * picked - (smoothing / c) * np.sum(logits, axis=-1)
+    return loss.astype(logits.dtype, copy=False)
+
+
+@kernel("train.loss.cross_entropy", LABELED)
+def _cross_entropy(node, ins):
+    red = _reduce(node)
+    s = node.attrs["label_smoothing"]
+    what = f"train.loss.cross_entropy node '{node.id}' labels"
+    return lambda logits, labels: red(cross_entropy_rows(logits, labels, s, what))
+
+
+@kernel("train.loss.bce", FLOAT)
+def _bce(node, ins):
+    red = _reduce(node)
+    if node.attrs["from_logits"]:
+
+        def bce_logits(x, t):
+            return red(np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x))))
+
+        return bce_logits
+
+    def bce(p, t):
+        lp = np.maximum(np.log(p), -100.0)
+        lq = np.maximum(np.log1p(-p), -100.0)
+        return red(-(t * lp + (1 - t) * lq))
+
+    return bce
+
+
+# ---- metrics ----------------------------------------------------------------------------
+
+
+def _predictions(logits, labels, what):
+    check_labels(labels, logits.shape[-1], what)
+    return np.argmax(logits, axis=-1).ravel(), labels.ravel().astype(np.int64)
+
+
+@kernel("train.metric.accuracy", LABELED)
+def _accuracy(node, ins):
+    what = f"train.metric.accuracy node '{node.id}' labels"
+
+    def accuracy(logits, labels):
+        pred, lab = _predictions(logits, labels, what)
+        return np.asarray(np.mean(pred == lab) if lab.size else 0.0, dtype=logits.dtype)
+
+    return accuracy
+
+
+@kernel("train.metric.f1", LABELED)
+def _f1(node, ins):
+    average = node.attrs["average"]
+    c = ins[0].shape[-1]
+    what = f"train.metric.f1 node '{node.id}' labels"
+
+    def f1(logits, labels):
+        pred, lab = _predictions(logits, labels, what)
+        tp = np.bincount(lab[pred == lab], minlength=c).astype(np.float64)
+        fp = np.bincount(pred, minlength=c) - tp
+        fn = np.bincount(lab, minlength=c) - tp
+        if average == "micro":
+            tp, fp, fn = tp.sum(keepdims=True), fp.sum(keepdims=True), fn.sum(keepdims=True)
+        elif average == "binary":
+            tp, fp, fn = tp[1:2], fp[1:2], fn[1:2]
+        denom = 2 * tp + fp + fn
+        present = denom > 0
+        scores = np.where(present, 2 * tp / np.where(present, denom, 1), 0.0)
+        if average == "macro":
+            value = scores[present].mean() if present.any() else 0.0
+        else:
+            value = scores[0]
+        return np.asarray(value, dtype=logits.dtype)
+
+    return f1
+
+
+@kernel("train.metric.perplexity", LABELED)
+def _perplexity(node, ins):
+    what = f"train.metric.perplexity node '{node.id}' labels"
+    return lambda logits, labels: np.asarray(np.exp(np.mean(cross_entropy_rows(logits, labels, 0.0, what))))
+
+
+# ---- optimizer updates --------------------------------------------------------------------
+#
+# Each update is written once, per element, with NumPy functions that take scalars as well as
+# arrays (``*_elem``). Large parameters run it as one Numba loop (``_train_loops``); small ones,
+# and every parameter when Numba is missing, run the same expression on whole arrays. Both
+# perform the same IEEE operations in the same order, so they agree bit for bit.
+
+
+def sgd_elem(p, g, buf, lr, gs, momentum, dampening, nesterov, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    if momentum != 0.0:
+        buf = momentum * buf + (1.0 - dampening) * g
+        d = g + momentum * buf if nesterov else buf
+    else:
+        d = g
+    return p - lr * d, buf
+
+
+def adam_elem(p, g, m, v, lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2):
+    g = g * gs
+    if wd != 0.0 and not decoupled:
+        g = g + wd * p
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    if decoupled:
+        p = p * (1.0 - lr * wd)
+    return p - step_size * (m / (np.sqrt(v) / sqrt_c2 + eps)), m, v
+
+
+def adamax_elem(p, g, m, u, gs, b1, b2, eps, wd, step_size):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    m = b1 * m + (1.0 - b1) * g
+    u = np.maximum(b2 * u, np.abs(g) + eps)
+    return p - step_size * (m / u), m, u
+
+
+def rmsprop_elem(p, g, v, buf, lr, gs, alpha, eps, momentum, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    v = alpha * v + (1.0 - alpha) * g * g
+    d = g / (np.sqrt(v) + eps)
+    if momentum != 0.0:
+        buf = momentum * buf + d
+        d = buf
+    return p - lr * d, v, buf
+
+
+def adagrad_elem(p, g, s, lr, gs, eps, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    s = s + g * g
+    return p - lr * (g / (np.sqrt(s) + eps)), s
+
+
+def lion_elem(p, g, m, lr, gs, b1, b2, wd):
+    g = g * gs
+    c = b1 * m + (1.0 - b1) * g
+    return p * (1.0 - lr * wd) - lr * np.sign(c), b2 * m + (1.0 - b2) * g
+
+
+def lamb_dir_elem(p, g, m, v, gs, b1, b2, eps, wd, c1, c2):
+    """LAMB's first pass: the new moments and the update direction r (before the trust ratio)."""
+    g = g * gs
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    return (m / c1) / (np.sqrt(v / c2) + eps) + wd * p, m, v
+
+
+def _loops():
+    try:
+        from caramba.backends.cpu.kernels import _train_loops
+    except ImportError:  # Numba is optional: the NumPy path computes the same bits
+        return None
+    return _train_loops
+
+
+def _run(name, elem, arrays, scalars):
+    """Apply ``elem``; returns one new array per output (inputs are never written)."""
+    p = arrays[0]
+    # Numba only for float64: its float32 arithmetic would promote Python scalars to float64
+    # where NumPy keeps float32, and the two paths must agree.
+    loops = _loops() if p.size >= PARALLEL_MIN and p.dtype == np.float64 else None
+    if loops is None:
+        out = elem(*arrays, *scalars)
+        return tuple(np.asarray(o, dtype=p.dtype) for o in out)
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    outs = tuple(np.empty(p.size, dtype=p.dtype) for _ in range(len(arrays) - 1))
+    getattr(loops, name)(*flat, *outs, *scalars)
+    return tuple(o.reshape(p.shape) for o in outs)
+
+
+def _f(x) -> float:
+    return float(x)
+
+
+@kernel("train.optimizer.sgd", FLOAT)
+def _sgd(node, ins):
+    a = node.attrs
+    mom, damp, nest, wd = a["momentum"], a["dampening"], a["nesterov"], a["weight_decay"]
+    if mom == 0.0:  # no buffer: p stands in for it and its copy is dropped
+        return lambda p, g, lr, gs: _run("sgd", sgd_elem, (p, g, p), (_f(lr), _f(gs), mom, damp, nest, wd))[0]
+
+    def sgd_momentum(p, g, lr, gs, buf):
+        return _run("sgd", sgd_elem, (p, g, buf), (_f(lr), _f(gs), mom, damp, nest, wd))
+
+    return sgd_momentum
+
+
+def _bias(b, step):
+    return 1.0 - b ** int(step)
+
+
+@kernel("train.optimizer.adam", FLOAT)
+def _adam(node, ins):
+    a = node.attrs
+    b1, b2, eps, wd, dec = a["beta1"], a["beta2"], a["eps"], a["weight_decay"], a["decoupled"]
+
+    def adam(p, g, lr, gs, step, m, v):
+        lr = _f(lr)
+        return _run("adam", adam_elem, (p, g, m, v),
+                    (lr, _f(gs), b1, b2, eps, wd, dec, lr / _bias(b1, step), math.sqrt(_bias(b2, step))))
+
+    return adam
+
+
+@kernel("train.optimizer.adamax", FLOAT)
+def _adamax(node, ins):
+    a = node.attrs
+    b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
+
+    def adamax(p, g, lr, gs, step, m, u):
+        return _run("adamax", adamax_elem, (p, g, m, u), (_f(gs), b1, b2, eps, wd, _f(lr) / _bias(b1, step)))
+
+    return adamax
+
+
+@kernel("train.optimizer.rmsprop", FLOAT)
+def _rmsprop(node, ins):
+    a = node.attrs
+    alpha, eps, mom, wd = a["alpha"], a["eps"], a["momentum"], a["weight_decay"]
+    if mom == 0.0:
+        return lambda p, g, lr, gs, v: _run("rmsprop", rmsprop_elem, (p, g, v, p), (_f(lr), _f(gs), alpha, eps, mom, wd))[:2]
+
+    def rmsprop_momentum(p, g, lr, gs, v, buf):
+        return _run("rmsprop", rmsprop_elem, (p, g, v, buf), (_f(lr), _f(gs), alpha, eps, mom, wd))
+
+    return rmsprop_momentum
+
+
+@kernel("train.optimizer.adagrad", FLOAT)
+def _adagrad(node, ins):
+    a = node.attrs
+    eps, wd = a["eps"], a["weight_decay"]
+    return lambda p, g, lr, gs, s: _run("adagrad", adagrad_elem, (p, g, s), (_f(lr), _f(gs), eps, wd))
+
+
+@kernel("train.optimizer.lion", FLOAT)
+def _lion(node, ins):
+    a = node.attrs
+    b1, b2, wd = a["beta1"], a["beta2"], a["weight_decay"]
+    return lambda p, g, lr, gs, m: _run("lion", lion_elem, (p, g, m), (_f(lr), _f(gs), b1, b2, wd))
+
+
+def _norm(x):
+    flat = np.ascontiguousarray(x).reshape(-1)
+    return math.sqrt(float(np.dot(flat, flat)))
+
+
+@kernel("train.optimizer.lamb", FLOAT)
+def _lamb(node, ins):
+    a = node.attrs
+    b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
+
+    def lamb(p, g, lr, gs, step, m, v):
+        r, m2, v2 = _run("lamb_dir", lamb_dir_elem, (p, g, m, v), (_f(gs), b1, b2, eps, wd, _bias(b1, step), _bias(b2, step)))
+        pn, rn = _norm(p), _norm(r)
+        trust = pn / rn if pn > 0.0 and rn > 0.0 else 1.0
+        return (p - (_f(lr) * trust) * r).astype(p.dtype, copy=False), m2, v2
+
+    return lamb
+
+
+# ---- checkpoints --------------------------------------------------------------------------
+
+
+@kernel("train.checkpoint.save", FLOAT | {DType.int64, DType.int32, DType.int8, DType.uint8, DType.bool})
+def _checkpoint(node, ins):
+    from caramba.train import safetensors
+
+    a = node.attrs
+    names = a["names"].split(",")
+    every, template = a["every"], a["path"]
+    meta = {"graph_hash": a["graph_hash"], "manifest_hash": a["manifest_hash"], "format": "caramba"}
+
+    def save(step, *tensors):
+        t = int(step)
+        if t % every:
+            return np.asarray(False)
+        safetensors.save(template.replace("{step}", str(t)), dict(zip(names, tensors, strict=True)),
+                         {**meta, "step": str(t)})
+        return np.asarray(True)
+
+    return save
