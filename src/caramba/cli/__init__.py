@@ -29,6 +29,7 @@ def _root() -> None:
 COMMAND_MODULES = (
     "caramba.cli.backends",
     "caramba.cli.bench",
+    "caramba.cli.serve",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,99 @@
+"""caramba errors as HTTP answers: a status, a message, and where (file:line:col, dotted path).
+
+Every error body has ``detail`` (a one-line message). Errors about a manifest or graph also
+carry ``errors``: a list of ``{message, file, line, col, path, node, op, hint}`` so a client can
+point at the offending line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from caramba.errors import (
+    BackendUnavailable,
+    CarambaError,
+    CodecError,
+    ConfigError,
+    GraphError,
+    PrecisionError,
+    UnsupportedOperation,
+    VerificationError,
+)
+
+
+class NotFound(CarambaError):
+    """The named experiment, run, asset, model or artifact does not exist; list them to see what does."""
+
+
+class Conflict(CarambaError):
+    """The request is valid but the object is in a state that does not allow it (e.g. resuming a
+    run that finished)."""
+
+
+def _status(exc: CarambaError) -> int:
+    from caramba.manifest.errors import ManifestError
+
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    if isinstance(exc, BackendUnavailable):
+        return 409
+    if isinstance(exc, ManifestError | GraphError | VerificationError | UnsupportedOperation | PrecisionError
+                  | CodecError | ConfigError):
+        return 422
+    return 400
+
+
+def _origin_fields(origin: Any) -> dict[str, Any]:
+    if origin is None:
+        return {}
+    out = {}
+    for key in ("file", "line", "col", "path"):
+        value = getattr(origin, key, None)
+        if value is not None:
+            out[key] = value
+    if not out:
+        out["origin"] = str(origin)
+    return out
+
+
+def error_item(exc: CarambaError) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message}
+    item.update(_origin_fields(exc.origin))
+    path = getattr(exc, "path", None)
+    if isinstance(path, str) and path:
+        item["path"] = path
+    for key in ("node", "op", "backend", "hint"):
+        value = getattr(exc, key, None)
+        if value is not None:
+            item[key] = value
+    return item
+
+
+def error_body(exc: CarambaError) -> dict[str, Any]:
+    items = [error_item(e) for e in getattr(exc, "errors", None) or [exc]]
+    return {"detail": str(exc), "type": type(exc).__name__, "errors": items}
+
+
+async def request_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's request validation errors in the same shape as every other error."""
+    from fastapi.encoders import jsonable_encoder
+
+    items = []
+    for e in exc.errors():  # type: ignore[attr-defined]
+        path = ".".join(str(p) for p in e.get("loc", ()))
+        items.append({"type": e.get("type", "invalid"), "message": e.get("msg", ""), "path": path})
+    first = items[0] if items else {"message": "invalid request", "path": ""}
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    detail = f"{first['path']}: {first['message']}{more}" if first["path"] else first["message"] + more
+    return JSONResponse(jsonable_encoder({"detail": detail, "type": "RequestValidationError", "errors": items}),
+                        status_code=422)
+
+
+async def caramba_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CarambaError)
+    return JSONResponse(error_body(exc), status_code=_status(exc))

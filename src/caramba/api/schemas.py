@@ -1,0 +1,128 @@
+"""Request and response models of the HTTP API (they are what the OpenAPI spec shows)."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+MAX_MANIFEST_CHARS = 512_000
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list: ``items``, the ``total`` matching the filter, and the paging used."""
+
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class ErrorItem(BaseModel):
+    type: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    col: int | None = None
+    path: str | None = None
+    node: str | None = None
+    op: str | None = None
+    backend: str | None = None
+    hint: str | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    type: str | None = None
+    errors: list[ErrorItem] = []
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such object"},
+    422: {"model": ErrorBody, "description": "invalid input; manifest errors carry file, line, col and path"},
+}
+# What any state-changing call may answer besides its own errors.
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "the body could not be parsed"},
+    401: {"model": ErrorBody, "description": "missing or wrong token"},
+    411: {"model": ErrorBody, "description": "a body of undeclared size"},
+    413: {"model": ErrorBody, "description": "request body over the size limit"},
+}
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+    uptime_s: float
+    auth: bool = Field(description="whether state-changing calls can be authorized (a token is configured)")
+
+
+class BackendInfo(BaseModel):
+    name: str
+    available: bool
+    location: str | None = None
+    reason: str | None = None
+    install_hint: str | None = None
+    versions: dict[str, str] = {}
+    details: dict[str, str] = {}
+    options: list[dict[str, Any]] = []
+
+
+class ManifestIn(BaseModel):
+    """A manifest as YAML text. ``name`` is how errors refer to it (default ``manifest.yml``);
+    ``overrides`` are ``dotted.path=value`` items applied like ``--set``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    manifest: str = Field(max_length=MAX_MANIFEST_CHARS, description="the manifest's YAML text")
+    name: str = Field("manifest.yml", max_length=200, pattern=r"^[^/\\]+$")
+    overrides: list[str] = Field(default_factory=list, max_length=64)
+
+
+class ValidationOut(BaseModel):
+    valid: Literal[True] = True
+    name: str
+    summary: dict[str, Any]
+    rendered: str = Field(description="the expanded manifest as YAML")
+
+
+class CompileIn(BaseModel):
+    """Compile a manifest's topology, or an IR graph in the ``caramba.ir`` JSON format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    manifest: str | None = Field(None, max_length=MAX_MANIFEST_CHARS)
+    name: str = Field("manifest.yml", max_length=200, pattern=r"^[^/\\]+$")
+    graph: dict[str, Any] | None = Field(None, description="an IR graph as written by caramba.ir.dumps")
+    backend: str = Field("cpu", max_length=200, description="a backend config string, e.g. cpu:threads=2")
+    dims: dict[str, int] = Field(default_factory=dict, max_length=32,
+                                 description="sizes of symbolic dimensions (default: batch = trainer.batch_size)")
+    disable: list[str] = Field(default_factory=list, max_length=32, description="passes to disable by name")
+    svg: bool = Field(True, description="include SVG drawings of the graph before and after")
+
+
+class StageOut(BaseModel):
+    name: str
+    changed: bool
+    skipped: bool
+    diagnostics: list[str]
+    nodes_before: int
+    nodes_after: int
+    ms: float
+
+
+class GraphOut(BaseModel):
+    name: str
+    nodes: int
+    text: str
+    svg: str | None = None
+
+
+class CompileOut(BaseModel):
+    backend: str
+    stages: list[StageOut]
+    report: str
+    before: GraphOut
+    after: GraphOut

@@ -1,0 +1,537 @@
+// The caramba web UI: a hash router over a few views, all data from /api/v1.
+
+import { ApiError, get, getToken, post, setToken, streamMetrics } from "./api.js";
+import { LineChart } from "./chart.js";
+import { badge, errorList, h, svgNode, table, when } from "./dom.js";
+
+const view = document.getElementById("view");
+const ACTIVE = new Set(["queued", "running", "paused"]);
+
+// Everything a view opened (streams, timers) is closed when the route changes.
+let scope = { streams: [], timers: [], alive: true };
+function newScope() {
+  scope.alive = false;
+  for (const s of scope.streams) s.close();
+  for (const t of scope.timers) clearInterval(t);
+  scope = { streams: [], timers: [], alive: true };
+  return scope;
+}
+
+function show(...nodes) {
+  view.replaceChildren(...nodes);
+}
+
+function failure(err) {
+  return err instanceof ApiError ? errorList(err) : h("div", { class: "errors" }, String(err));
+}
+
+function runLink(r) {
+  return h("a", { href: `#/runs/${encodeURIComponent(r.id)}` }, r.id);
+}
+
+function progress(r) {
+  const steps = r.steps || 0;
+  const step = r.step || 0;
+  const pct = steps ? Math.min(100, Math.round((100 * step) / steps)) : (r.status === "succeeded" ? 100 : 0);
+  const bar = h("span", { class: "bar" }, h("i", {}));
+  bar.firstChild.style.width = `${pct}%`;
+  return h("span", { class: "progress" }, bar, ` ${step}${steps ? `/${steps}` : ""}`);
+}
+
+function lossName(names) {
+  return names.find((n) => n === "train.loss") || names.find((n) => n === "loss")
+    || names.find((n) => /loss/.test(n)) || names[0];
+}
+
+// ---- experiments dashboard ---------------------------------------------------------------
+
+const EXAMPLE_HINT = "name: my-experiment\ntopology:\n  ...";
+
+function submitPanel(onDone) {
+  const text = h("textarea", { id: "manifest-text", rows: 14, spellcheck: "false", placeholder: EXAMPLE_HINT });
+  const file = h("input", { id: "manifest-file", type: "file", accept: ".yml,.yaml,text/yaml" });
+  const name = h("input", { id: "manifest-name", value: "manifest.yml", size: 18 });
+  const overrides = h("input", { id: "manifest-overrides", placeholder: "trainer.steps=50 …", size: 28 });
+  const out = h("div", { id: "submit-result" });
+  file.addEventListener("change", async () => {
+    const f = file.files[0];
+    if (!f) return;
+    text.value = await f.text();
+    name.value = f.name;
+  });
+  const pick = (e) => {
+    const lines = text.value.split("\n");
+    let start = 0;
+    for (let i = 0; i < e.line - 1 && i < lines.length; i++) start += lines[i].length + 1;
+    text.focus();
+    text.setSelectionRange(start + Math.max(0, (e.col || 1) - 1), start + (lines[e.line - 1] || "").length);
+  };
+  const body = () => ({
+    manifest: text.value,
+    name: name.value || "manifest.yml",
+    overrides: overrides.value.split(/\s+/).filter(Boolean),
+  });
+  const validate = async () => {
+    out.replaceChildren(h("span", { class: "muted" }, "checking…"));
+    try {
+      const r = await post("/manifests/validate", body());
+      const targets = r.summary.targets.map((t) => `${t.name} (${t.runs.length} run${t.runs.length === 1 ? "" : "s"})`);
+      out.replaceChildren(h("div", { class: "ok" }, `valid: ${r.summary.name}, ${r.summary.nodes} nodes`,
+        targets.length ? `, targets ${targets.join(", ")}` : ""));
+    } catch (err) {
+      out.replaceChildren(err instanceof ApiError ? errorList(err, pick) : failure(err));
+    }
+  };
+  const submit = async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren(h("span", { class: "muted" }, "submitting…"));
+    try {
+      const r = await post("/experiments", body());
+      out.replaceChildren(h("div", { class: "ok" }, `submitted ${r.runs.length} run(s) of ${r.experiment}: `,
+        r.runs.map((run, i) => [i ? ", " : "", runLink(run)])));
+      onDone(r);
+    } catch (err) {
+      out.replaceChildren(err instanceof ApiError ? errorList(err, pick) : failure(err));
+    }
+  };
+  const form = h("form", { id: "submit-form", onsubmit: submit },
+    h("div", { class: "row" }, h("label", {}, "manifest file ", file), h("label", {}, "name ", name),
+      h("label", {}, "overrides ", overrides)),
+    text,
+    h("div", { class: "row" },
+      h("button", { type: "button", id: "validate-button", onclick: validate }, "Validate"),
+      h("button", { type: "submit", id: "submit-button", class: "primary" }, "Submit run"),
+      getToken() ? null : h("span", { class: "muted" }, " submitting needs the server's token (top right)")),
+    out);
+  return h("details", { class: "panel", open: true }, h("summary", {}, "Submit a manifest"), form);
+}
+
+// Overlay one metric of several runs; runs that are still going stream their points in.
+class Compare {
+  constructor(container, title) {
+    this.chart = new LineChart(container, { title });
+    this.metric = null;
+    this.runs = new Map(); // run id -> {status, stream}
+  }
+
+  async add(run) {
+    if (this.runs.has(run.id)) {
+      const known = this.runs.get(run.id);
+      known.run = run;
+      return;
+    }
+    const entry = { run, stream: null };
+    this.runs.set(run.id, entry);
+    const accept = (points) => {
+      if (!this.metric) {
+        const names = [...new Set(points.map((p) => p.name))];
+        if (names.length) this.metric = lossName(names);
+      }
+      const mine = points.filter((p) => p.name === this.metric).map((p) => [p.step, p.value]);
+      if (mine.length) this.chart.append(run.id, mine);
+      else this.chart.ensure(run.id);
+    };
+    const s = streamMetrics(run.id, { onPoints: accept, onEnd: () => {} });
+    scope.streams.push(s);
+    entry.stream = s;
+  }
+}
+
+async function experimentsView() {
+  const my = newScope();
+  const runsBox = h("section", { id: "runs" });
+  const expBox = h("section", { id: "experiments" });
+  const chartBox = h("section", { id: "compare", class: "panel" });
+  let compare = null;
+  const refresh = async () => {
+    let exps, runs;
+    try {
+      [exps, runs] = await Promise.all([get("/experiments?limit=50"), get("/runs?limit=20")]);
+    } catch (err) {
+      runsBox.replaceChildren(failure(err));
+      return;
+    }
+    if (!my.alive) return;
+    expBox.replaceChildren(h("h2", {}, "Experiments"), table([
+      { title: "experiment", cell: (e) => h("a", { href: `#/experiments/${encodeURIComponent(e.name)}` }, e.name) },
+      { title: "runs", cell: (e) => String(e.runs) },
+      { title: "status", cell: (e) => Object.entries(e.statuses || {}).map(([s, n]) => [badge(s), ` ${n} `]) },
+      { title: "last run", cell: (e) => when(e.updated) },
+    ], exps.items, { empty: "no experiments yet: submit a manifest above" }));
+    runsBox.replaceChildren(h("h2", {}, "Recent runs"), table([
+      { title: "run", cell: runLink },
+      { title: "experiment", cell: (r) => r.experiment },
+      { title: "target", cell: (r) => r.target || "—" },
+      { title: "backend", cell: (r) => r.backend || "—" },
+      { title: "status", cell: (r) => badge(r.status) },
+      { title: "progress", cell: progress },
+      { title: "created", cell: (r) => when(r.created) },
+    ], runs.items.map((r) => ({ ...r, __attrs: { dataset: { run: r.id, status: r.status } } })),
+    { empty: "no runs yet" }));
+    if (!compare && runs.items.length) {
+      chartBox.replaceChildren();
+      compare = new Compare(chartBox, "loss of recent runs");
+      compare.chart.root.id = "loss-chart";
+    }
+    if (compare) for (const r of runs.items.slice(0, 8)) compare.add(r);
+  };
+  show(h("h1", {}, "Experiments"), submitPanel(() => refresh()), chartBox, runsBox, expBox);
+  await refresh();
+  my.timers.push(setInterval(refresh, 2000));
+}
+
+async function experimentView(name) {
+  const my = newScope();
+  const box = h("section", {});
+  const chartBox = h("section", { class: "panel" });
+  show(h("h1", {}, "Experiment ", h("code", {}, name)), chartBox, box);
+  let compare = null;
+  const refresh = async () => {
+    try {
+      const [exp, runs] = await Promise.all([
+        get(`/experiments/${encodeURIComponent(name)}`),
+        get(`/runs?experiment=${encodeURIComponent(name)}&limit=200`),
+      ]);
+      if (!my.alive) return;
+      box.replaceChildren(
+        h("p", { class: "muted" }, exp.description || ""),
+        table([
+          { title: "run", cell: runLink },
+          { title: "target", cell: (r) => r.target || "—" },
+          { title: "seed", cell: (r) => String(r.seed ?? "—") },
+          { title: "backend", cell: (r) => r.backend || "—" },
+          { title: "status", cell: (r) => badge(r.status) },
+          { title: "progress", cell: progress },
+          { title: "finished", cell: (r) => when(r.finished) },
+        ], runs.items));
+      if (!compare && runs.items.length) compare = new Compare(chartBox, "loss by run");
+      if (compare) for (const r of runs.items) compare.add(r);
+    } catch (err) {
+      box.replaceChildren(failure(err));
+    }
+  };
+  await refresh();
+  my.timers.push(setInterval(refresh, 3000));
+}
+
+// ---- run detail --------------------------------------------------------------------------
+
+function graphPanel(before, after) {
+  const pane = h("div", { class: "graph-pane" });
+  const tabs = h("div", { class: "tabs" });
+  const pick = (which) => {
+    for (const b of tabs.children) b.classList.toggle("on", b.dataset.which === which);
+    const g = which === "before" ? before : after;
+    pane.replaceChildren(g.svg ? svgNode(g.svg) : h("pre", {}, g.text));
+  };
+  for (const [which, label] of [["before", `before the pipeline (${before.nodes} nodes)`],
+    ["after", `after the pipeline (${after.nodes} nodes)`]]) {
+    tabs.append(h("button", { type: "button", dataset: { which }, onclick: () => pick(which) }, label));
+  }
+  const wrap = h("div", { class: "graph" }, tabs, pane);
+  pick("after");
+  return wrap;
+}
+
+function stagesTable(stages) {
+  return table([
+    { title: "pass", cell: (s) => s.name },
+    { title: "", cell: (s) => (s.skipped ? "disabled" : s.changed ? "changed" : "—") },
+    { title: "nodes", cell: (s) => `${s.nodes_before} → ${s.nodes_after}` },
+    { title: "ms", cell: (s) => s.ms.toFixed(2) },
+    { title: "notes", cell: (s) => s.diagnostics.join("; ") },
+  ], stages, { cls: "stages" });
+}
+
+async function runView(id) {
+  const my = newScope();
+  const head = h("div", { class: "run-head" });
+  const info = h("section", { class: "panel" });
+  const charts = h("section", { id: "run-charts", class: "charts" });
+  const extra = h("section", {});
+  show(h("h1", {}, "Run ", h("code", {}, id)), head, info, charts, extra);
+  let run;
+  try {
+    run = await get(`/runs/${encodeURIComponent(id)}`);
+  } catch (err) {
+    show(failure(err));
+    return;
+  }
+  const paint = (r) => {
+    run = r;
+    const act = (verb) => async () => {
+      try {
+        paint(await post(`/runs/${encodeURIComponent(id)}/${verb}`));
+      } catch (err) {
+        head.append(failure(err));
+      }
+    };
+    const running = r.status === "running" || r.status === "queued";
+    head.replaceChildren(badge(r.status), " ", progress(r), " ",
+      h("button", { type: "button", id: "pause-button", disabled: !running, onclick: act("pause") }, "Pause"),
+      h("button", { type: "button", id: "resume-button", disabled: r.status !== "paused", onclick: act("resume") },
+        "Resume"),
+      h("button", { type: "button", id: "cancel-button", disabled: !ACTIVE.has(r.status), onclick: act("cancel") },
+        "Cancel"),
+      r.error ? h("pre", { class: "errors" }, r.error) : null);
+    const rows = [["experiment", h("a", { href: `#/experiments/${encodeURIComponent(r.experiment)}` }, r.experiment)],
+      ["target", r.target || "—"], ["backend", r.backend || "—"], ["seed", String(r.seed ?? "—")],
+      ["created", when(r.created)], ["started", when(r.started)], ["finished", when(r.finished)]];
+    info.replaceChildren(h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])));
+  };
+  paint(run);
+  const byMetric = new Map();
+  const chartFor = (name) => {
+    if (!byMetric.has(name)) {
+      const c = new LineChart(charts, { title: name });
+      c.root.dataset.metric = name;
+      if (/loss/.test(name)) c.root.classList.add("loss-chart");
+      byMetric.set(name, c);
+    }
+    return byMetric.get(name);
+  };
+  const s = streamMetrics(id, {
+    onPoints: (points) => {
+      const groups = new Map();
+      for (const p of points) {
+        if (!groups.has(p.name)) groups.set(p.name, []);
+        groups.get(p.name).push([p.step, p.value]);
+      }
+      for (const [name, pts] of groups) chartFor(name).append(name, pts);
+    },
+    onStatus: (r) => paint(r),
+    onEnd: (r) => {
+      paint(r);
+      charts.dataset.complete = "true";
+      loadExtras();
+    },
+  });
+  my.streams.push(s);
+  const loadExtras = async () => {
+    const parts = [];
+    try {
+      const arts = await get(`/runs/${encodeURIComponent(id)}/artifacts`);
+      parts.push(h("h2", {}, "Artifacts"), table([
+        { title: "name", cell: (a) => h("a", { href: a.url, download: "" }, a.name) },
+        { title: "bytes", cell: (a) => String(a.size) },
+        { title: "sha256", cell: (a) => h("code", {}, (a.sha256 || "").slice(0, 16)) },
+      ], arts, { empty: "no artifacts" }));
+    } catch (err) {
+      parts.push(failure(err));
+    }
+    try {
+      const g = await get(`/runs/${encodeURIComponent(id)}/graph`);
+      parts.push(h("h2", {}, "IR graph"), stagesTable(g.stages), graphPanel(g.before, g.after));
+    } catch (err) {
+      parts.push(h("h2", {}, "IR graph"), failure(err));
+    }
+    if (my.alive) extra.replaceChildren(...parts);
+  };
+  loadExtras();
+}
+
+// ---- compile ----------------------------------------------------------------------------
+
+async function compileView() {
+  newScope();
+  const text = h("textarea", { id: "compile-text", rows: 14, spellcheck: "false", placeholder: EXAMPLE_HINT });
+  const backend = h("select", { id: "compile-backend" });
+  const out = h("section", { id: "compile-result" });
+  try {
+    for (const b of await get("/backends")) {
+      backend.append(h("option", { value: b.name, disabled: !b.available }, `${b.name}${b.available ? "" : " (unavailable)"}`));
+    }
+  } catch (err) {
+    out.replaceChildren(failure(err));
+  }
+  const run = async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren(h("span", { class: "muted" }, "compiling…"));
+    try {
+      const r = await post("/compile", { manifest: text.value, backend: backend.value });
+      out.replaceChildren(h("h2", {}, `pipeline for ${r.backend}`), stagesTable(r.stages), graphPanel(r.before, r.after));
+    } catch (err) {
+      out.replaceChildren(failure(err));
+    }
+  };
+  show(h("h1", {}, "Compile and explain"),
+    h("form", { onsubmit: run, class: "panel" }, text,
+      h("div", { class: "row" }, h("label", {}, "backend ", backend),
+        h("button", { type: "submit", class: "primary" }, "Compile"))),
+    out);
+}
+
+// ---- assets, backends, models, notary --------------------------------------------------
+
+async function assetsView(id) {
+  newScope();
+  if (id) {
+    try {
+      const a = await get(`/assets/${encodeURIComponent(id)}`);
+      const ports = (list) => table([
+        { title: "port", cell: (p) => p.name }, { title: "type", cell: (p) => p.type || "" },
+        { title: "description", cell: (p) => p.description || "" }], list || [], { empty: "none" });
+      show(h("p", {}, h("a", { href: "#/assets" }, "← assets")),
+        h("h1", {}, h("code", {}, a.id), " ", h("span", { class: "muted" }, a.kind)),
+        h("p", {}, a.description || ""),
+        h("h2", {}, "Inputs"), ports(a.inputs), h("h2", {}, "Outputs"), ports(a.outputs),
+        h("h2", {}, "Config"), table([
+          { title: "name", cell: (f) => f.name }, { title: "type", cell: (f) => f.type || "" },
+          { title: "default", cell: (f) => h("code", {}, JSON.stringify(f.default)) },
+          { title: "description", cell: (f) => f.description || "" }], a.config || [], { empty: "no config" }),
+        a.source ? h("details", {}, h("summary", {}, a.path || "source"), h("pre", {}, a.source)) : null);
+    } catch (err) {
+      show(failure(err));
+    }
+    return;
+  }
+  const filter = h("input", { id: "asset-filter", placeholder: "filter…", type: "search" });
+  const box = h("div", {});
+  let items = [];
+  const paint = () => {
+    const q = filter.value.trim().toLowerCase();
+    const shown = items.filter((a) => !q || a.id.toLowerCase().includes(q) || (a.description || "").toLowerCase().includes(q));
+    box.replaceChildren(table([
+      { title: "asset", cell: (a) => h("a", { href: `#/assets/${encodeURIComponent(a.id)}` }, a.id) },
+      { title: "kind", cell: (a) => a.kind },
+      { title: "description", cell: (a) => a.description || "" },
+    ], shown, { empty: "no assets match" }));
+  };
+  filter.addEventListener("input", paint);
+  show(h("h1", {}, "Assets"), h("div", { class: "row" }, filter), box);
+  try {
+    items = (await get("/assets?limit=1000")).items;
+    paint();
+  } catch (err) {
+    box.replaceChildren(failure(err));
+  }
+}
+
+async function backendsView() {
+  newScope();
+  try {
+    const list = await get("/backends");
+    show(h("h1", {}, "Backends"), table([
+      { title: "backend", cell: (b) => b.name },
+      { title: "available", cell: (b) => badge(b.available ? "available" : "unavailable") },
+      { title: "location", cell: (b) => b.location || "—" },
+      { title: "versions", cell: (b) => Object.entries(b.versions).map(([k, v]) => `${k} ${v}`).join(", ") },
+      { title: "why not / how to get it", cell: (b) => [b.reason || "", b.install_hint ? h("div", { class: "hint" }, b.install_hint) : null] },
+      { title: "options", cell: (b) => b.options.map((o) => o.name).join(", ") },
+    ], list, { cls: "backends" }));
+  } catch (err) {
+    show(failure(err));
+  }
+}
+
+async function modelsView(name) {
+  newScope();
+  try {
+    if (name) {
+      const m = await get(`/models/${encodeURIComponent(name)}`);
+      show(h("p", {}, h("a", { href: "#/models" }, "← models")), h("h1", {}, "Model ", h("code", {}, m.name)),
+        table([
+          { title: "version", cell: (v) => String(v.version) },
+          { title: "status", cell: (v) => badge(v.status || "committed") },
+          { title: "run", cell: (v) => (v.run ? h("a", { href: `#/runs/${encodeURIComponent(v.run)}` }, v.run) : "—") },
+          { title: "created", cell: (v) => when(v.created) },
+          { title: "notes", cell: (v) => v.reason || "" },
+        ], m.versions, { empty: "no versions" }));
+      return;
+    }
+    const page = await get("/models?limit=200");
+    show(h("h1", {}, "Models"), table([
+      { title: "model", cell: (m) => h("a", { href: `#/models/${encodeURIComponent(m.name)}` }, m.name) },
+      { title: "latest", cell: (m) => String(m.latest ?? "—") },
+      { title: "versions", cell: (m) => String(m.versions) },
+    ], page.items, { empty: "no models yet" }));
+  } catch (err) {
+    show(failure(err));
+  }
+}
+
+async function notaryView() {
+  newScope();
+  const out = h("div", {});
+  const subject = h("input", { id: "validity-subject", placeholder: "entry id or subject", size: 40 });
+  const verdict = h("div", { id: "validity-result" });
+  const check = async (ev) => {
+    ev.preventDefault();
+    try {
+      const v = await get(`/notary/validity?subject=${encodeURIComponent(subject.value)}`);
+      verdict.replaceChildren(badge(v.status), " ", v.reason || "");
+    } catch (err) {
+      verdict.replaceChildren(failure(err));
+    }
+  };
+  show(h("h1", {}, "Notary"),
+    h("form", { class: "row", onsubmit: check }, h("label", {}, "validity of ", subject),
+      h("button", { type: "submit" }, "Check"), verdict),
+    out);
+  try {
+    const page = await get("/notary/entries?limit=100");
+    out.replaceChildren(table([
+      { title: "#", cell: (e) => String(e.seq) },
+      { title: "kind", cell: (e) => e.kind },
+      { title: "subject", cell: (e) => e.subject || "" },
+      { title: "actor", cell: (e) => e.actor || "" },
+      { title: "hash", cell: (e) => h("code", {}, (e.hash || "").slice(0, 12)) },
+      { title: "time", cell: (e) => when(e.time) },
+    ], page.items, { empty: "the ledger is empty" }));
+  } catch (err) {
+    out.replaceChildren(failure(err));
+  }
+}
+
+// ---- router ------------------------------------------------------------------------------
+
+const ROUTES = [
+  [/^\/?$/, "experiments", () => experimentsView()],
+  [/^\/experiments\/(.+)$/, "experiments", (m) => experimentView(decodeURIComponent(m[1]))],
+  [/^\/runs\/(.+)$/, "experiments", (m) => runView(decodeURIComponent(m[1]))],
+  [/^\/compile$/, "compile", () => compileView()],
+  [/^\/assets(?:\/(.+))?$/, "assets", (m) => assetsView(m[1] && decodeURIComponent(m[1]))],
+  [/^\/backends$/, "backends", () => backendsView()],
+  [/^\/models(?:\/(.+))?$/, "models", (m) => modelsView(m[1] && decodeURIComponent(m[1]))],
+  [/^\/notary$/, "notary", () => notaryView()],
+];
+
+function route() {
+  let hash = location.hash.replace(/^#/, "");
+  if (hash.startsWith("token=")) {
+    // `caramba serve` prints a link with the token in the fragment (never sent to the server).
+    setToken(decodeURIComponent(hash.slice(6)));
+    history.replaceState(null, "", "#/");
+    hash = "/";
+    paintToken();
+  }
+  for (const [re, nav, fn] of ROUTES) {
+    const m = hash.match(re);
+    if (m) {
+      for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("on", a.dataset.nav === nav);
+      fn(m).catch((err) => show(failure(err)));
+      return;
+    }
+  }
+  newScope();
+  show(h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/" }, "back to experiments")));
+}
+
+function paintToken() {
+  const input = document.getElementById("token-input");
+  const state = document.getElementById("token-state");
+  input.value = getToken();
+  state.textContent = getToken() ? "set" : "not set";
+}
+
+document.getElementById("token-form").addEventListener("submit", (ev) => ev.preventDefault());
+document.getElementById("token-input").addEventListener("change", (ev) => {
+  setToken(ev.target.value.trim());
+  paintToken();
+});
+window.addEventListener("hashchange", route);
+paintToken();
+get("/health").then((hl) => {
+  document.getElementById("footer").textContent = `caramba ${hl.version}` + (hl.auth ? "" : " · no api token configured: read-only");
+}).catch(() => {});
+route();

@@ -1,0 +1,67 @@
+"""``caramba serve``: the HTTP API and web UI in one process (127.0.0.1 unless told otherwise)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        host: str = typer.Option(None, help="address to bind (default: serve_host, 127.0.0.1)"),
+        port: int = typer.Option(None, help="port (default: serve_port, 8765; 0 picks a free one)"),
+        store: str = typer.Option(None, help="run store directory (default: the store setting)"),
+        token: str = typer.Option(
+            None, envvar="CARAMBA_API_TOKEN", show_envvar=True,
+            help="secret for state-changing calls (default: api_token; generated when unset)",
+        ),
+        config: str = typer.Option(None, "--config", help="config file"),
+        workers: int = typer.Option(2, min=1, max=64, help="runs that may execute at the same time"),
+        log_level: str = typer.Option("warning", help="uvicorn log level"),
+    ) -> None:
+        """Serve the HTTP API under /api/v1 and the web UI at /."""
+        import socket
+
+        import uvicorn
+        from rich.console import Console
+
+        from caramba.api.app import create_app
+        from caramba.api.auth import new_token
+        from caramba.config import load_settings
+
+        settings = load_settings(config, {"serve_host": host, "serve_port": port, "store": store})
+        console = Console(stderr=True, highlight=False)
+        secret = token or settings.api_token
+        generated = not secret
+        if generated:
+            secret = new_token()
+        host, port = settings.serve_host, settings.serve_port
+        if not _is_loopback(host):
+            console.print(f"[yellow]warning:[/] binding {host}, which is reachable from other machines")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)  # connections queue from here on, so the URL printed below works at once
+        port = sock.getsockname()[1]
+        app = create_app(settings, token=secret, workers=workers)
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}/"
+        print(f"caramba serving {url} (API {url}api/v1, store {app.state.caramba.store_root})", flush=True)
+        if generated:
+            # The fragment never reaches the server or its logs; the UI stores it in the browser.
+            print(f"api token (generated for this process): {secret}", flush=True)
+            print(f"open {url}#token={secret}", flush=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
+        server.run(sockets=[sock])
