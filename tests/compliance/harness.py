@@ -101,12 +101,13 @@ def uniform(lo: float = -3.0, hi: float = 3.0, ilo: int | None = None, ihi: int 
 
 
 def ints(lo: int, hi: int) -> Gen:
-    """Integers in [lo, hi] in any dtype (floats hold them exactly)."""
+    """Integers in [lo, hi] in any dtype (floats hold them exactly; unsigned from max(lo, 0))."""
 
     def gen(rng: np.random.Generator, d: DType, shape: tuple[int, ...]) -> np.ndarray:
         if d.is_bool:
             return rng.integers(0, 1, size=shape, endpoint=True).astype(bool)
-        return rng.integers(lo, hi, size=shape, endpoint=True).astype(d.numpy)
+        low = max(lo, 0) if d is DType.uint8 else lo
+        return rng.integers(low, max(hi, low), size=shape, endpoint=True).astype(d.numpy)
 
     return gen
 
@@ -268,7 +269,13 @@ def node_problems(graph: ir.Graph, caps) -> tuple[list[str], list[str]]:
     unsupported, precision = [], []
     for n in graph.nodes:
         touched = {t.dtype for t in n.types} | {graph.type_of(r).dtype for r in n.inputs}
-        if not caps.supports(n.op) or not touched <= caps.dtypes(n.op):
+        rule = caps.shape_rules.get(n.op)
+        if (
+            not caps.supports(n.op)
+            or not touched <= caps.dtypes(n.op)
+            or (n.effect in (ir.Effect.state_read, ir.Effect.state_write) and not caps.state)
+            or (rule is not None and rule(n))
+        ):
             unsupported.append(n.id)
             continue
         req = n.required_precision()

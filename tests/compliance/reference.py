@@ -215,3 +215,31 @@ def matmul_loop(a: np.ndarray, b: np.ndarray) -> Expect:
     if b.ndim == 1:
         out, scale = out[..., 0], scale[..., 0]
     return Expect(out, scale)
+
+
+# ---- data movement by explicit index maps ---------------------------------------------------
+
+
+def remap(x: np.ndarray, out_shape: Sequence[int], src: Callable[[tuple[int, ...]], Any], fill: Any = 0) -> np.ndarray:
+    """out[i] = x[src(i)] for every output index i (``src`` returns None for ``fill``)."""
+    out = np.empty(tuple(out_shape), dtype=x.dtype)
+    for idx in np.ndindex(*out.shape):
+        j = src(idx)
+        out[idx] = fill if j is None else x[j]
+    return out
+
+
+def unravel(k: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major multi-index of flat position ``k`` (written out, not np.unravel_index)."""
+    idx = []
+    for s in reversed(shape):
+        idx.append(k % s)
+        k //= s
+    return tuple(reversed(idx))
+
+
+def ravel(idx: Sequence[int], shape: Sequence[int]) -> int:
+    k = 0
+    for i, s in zip(idx, shape):
+        k = k * s + i
+    return k

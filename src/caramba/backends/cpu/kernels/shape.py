@@ -32,13 +32,17 @@ def _concat(node, ins):
 @kernel("shape.split", ANY)
 def _split(node, ins):
     axis, sizes = split_sizes(ins[0], node.attrs)
+    if len(sizes) == 1:  # one output: the runner expects the array itself, not a 1-tuple
+        return lambda x: x
     bounds = np.cumsum(sizes)[:-1].tolist()
     return lambda x: tuple(np.split(x, bounds, axis=axis))
 
 
 @kernel("shape.slice", ANY)
 def _slice(node, ins):
-    index = tuple(slice(*p) for p in slice_plan(ins[0], node.attrs))
+    # slice.indices() spells "run past index 0" as stop=-1, which NumPy would read as "the last
+    # element": give NumPy None there instead.
+    index = tuple(slice(s, None if e < 0 else e, st) for s, e, st in slice_plan(ins[0], node.attrs))
     return lambda x: x[index]
 
 
@@ -47,6 +51,8 @@ def _pad(node, ins):
     p = node.attrs["pads"]
     widths = [(p[2 * i], p[2 * i + 1]) for i in range(ins[0].rank)]
     mode = node.attrs["mode"]
+    if not any(p):  # nothing to pad (also the only legal pad of a scalar)
+        return lambda x: x
     if mode == "constant":
         value = np.array(node.attrs["value"]).astype(ins[0].dtype.numpy)
         return lambda x: np.pad(x, widths, mode="constant", constant_values=value)
@@ -112,9 +118,12 @@ def _scatter_add(node, ins):
 def _iota(node, ins):
     t = node.types[0]
     axis = norm_axis(node.attrs["axis"], t.rank)
-    view = [1] * t.rank
-    view[axis] = t.shape[axis]
-    value = np.ascontiguousarray(np.broadcast_to(np.arange(t.shape[axis]).reshape(view), t.shape).astype(t.dtype.numpy))
+    if t.rank == 0:  # a scalar iota is 0
+        value = np.zeros((), dtype=t.dtype.numpy)
+    else:
+        view = [1] * t.rank
+        view[axis] = t.shape[axis]
+        value = np.ascontiguousarray(np.broadcast_to(np.arange(t.shape[axis]).reshape(view), t.shape).astype(t.dtype.numpy))
     value.setflags(write=False)
     return lambda: value
 
