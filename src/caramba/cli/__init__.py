@@ -30,6 +30,9 @@ COMMAND_MODULES = (
     "caramba.cli.backends",
     "caramba.cli.bench",
     "caramba.cli.serve",
+    "caramba.cli.manifest",
+    "caramba.cli.asset",
+    "caramba.cli.config",
 )
 
 for _name in COMMAND_MODULES:

@@ -184,7 +184,7 @@ class Registry:
         a = self.assets.get(op)
         if a is None or (kinds is not None and a.kind not in kinds):
             valid = [k for k, v in self.assets.items() if kinds is None or v.kind in kinds]
-            what = "/".join(kinds) if kinds else "asset"
+            what = "op" if kinds == ("operation", "block", "model") else "/".join(kinds) if kinds else "asset"
             raise KeyError(f"unknown {what} '{op}'; {did_you_mean(op, valid)}")
         return a
 
@@ -192,6 +192,21 @@ class Registry:
         if kind is not None and kind not in KINDS:
             raise ManifestError(f"unknown asset kind '{kind}'; {did_you_mean(kind, KINDS)}")
         return [self.assets[k] for k in sorted(self.assets) if kind is None or self.assets[k].kind == kind]
+
+
+def template_text(asset: Asset) -> str:
+    """The body of a manifest template as written (comments and placeholders kept)."""
+    lines = asset.text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == "manifest:")
+    except StopIteration:
+        return ""
+    body = []
+    for line in lines[start + 1 :]:
+        if line and not line.startswith((" ", "#")):
+            break
+        body.append(line[2:] if line.startswith("  ") else line.lstrip("#") and line)
+    return "\n".join(body).strip("\n") + "\n"
 
 
 def asset_root() -> Path:
@@ -290,4 +305,4 @@ def load_asset(path: Path, display: str) -> Asset:
     )
 
 
-__all__ = ["KINDS", "Asset", "ConfigField", "Port", "Registry", "asset_display", "asset_root", "coerce", "load_registry", "registry"]
+__all__ = ["KINDS", "Asset", "ConfigField", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "load_registry", "registry"]

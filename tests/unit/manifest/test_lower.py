@@ -52,7 +52,7 @@ def test_symbolic_dims_come_from_dims_or_topology():
 @pytest.mark.parametrize(
     "old, new, line, match",
     [
-        ("op: activation.gelu", "op: activation.gelue", 8, r"unknown operation/block/model 'activation.gelue'; did you mean 'activation.gelu'"),
+        ("op: activation.gelu", "op: activation.gelue", 8, r"unknown op 'activation.gelue'; did you mean 'activation.gelu'"),
         ("in: [fc1]}", "in: [fc1, x]}", 8, r"activation.gelu takes 1 input \(x\), got 2"),
         ("in: [act]", "in: [actt]", 9, r"input 'actt' of node 'fc2' is not an input.*did you mean 'act'"),
         ("{out_features: 10}", "{out_features: 10, in_features: 31}", 9, r"node 'fc2' \(projection.linear\): in_features is 31 but the input f64\[8,32\] has 32"),
