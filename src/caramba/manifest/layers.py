@@ -13,7 +13,6 @@ from math import prod, sqrt
 from typing import Any
 
 from caramba.errors import CarambaError
-from caramba.ir.dtypes import DType
 from caramba.ir.graph import Value
 from caramba.manifest.lower import LayerContext, layer
 
@@ -218,58 +217,3 @@ def dropout(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
         return x
     seed = zlib.crc32(ctx.prefix.encode()) & 0x7FFFFFFF  # distinct masks per layer, stable across runs
     return ctx.op("nn.dropout", (x, ctx.step_key()), {"rate": c["rate"], "seed": seed})
-
-
-def _check_labels(logits: Value, labels: Value) -> None:
-    if labels.dtype not in (DType.int64, DType.int32):
-        raise CarambaError(f"labels must be int64 class indices, got {labels.type}")
-    if logits.shape[:-1] != labels.shape:
-        raise CarambaError(f"logits {logits.type} and labels {labels.type} disagree: labels must be logits.shape[:-1]")
-
-
-def _one_hot(ctx: LayerContext, labels: Value, classes: int, dtype: DType) -> Value:
-    iota = ctx.op("shape.iota", (), {"shape": (classes,), "dtype": labels.dtype}, name="classes")
-    lab = ctx.op("shape.expand_dims", (labels,), {"axes": (-1,)}, name="labels")
-    hit = ctx.op("math.equal", (lab, iota), name="hit")
-    return ctx.op("math.cast", (hit,), {"dtype": dtype}, name="one_hot")
-
-
-@layer("cross_entropy")
-def cross_entropy(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    """mean over positions of -log softmax(logits)[label] (optionally label-smoothed)."""
-    logits, labels = ins
-    _check_labels(logits, labels)
-    classes = logits.shape[-1]
-    logp = ctx.op("nn.log_softmax", (logits,), {"axis": -1}, name="log_softmax")
-    target = _one_hot(ctx, labels, classes, logits.dtype)
-    eps = c["label_smoothing"]
-    if eps:
-        target = ctx.op("math.add", (ctx.op("math.mul", (target, ctx.const(1.0 - eps, logits.dtype, "keep")), name="smooth"),
-                                     ctx.const(eps / classes, logits.dtype, "spread")), name="target")
-    picked = ctx.op("math.mul", (logp, target), name="picked")
-    total = ctx.op("reduce.sum", (picked,), name="total")
-    count = max(1, prod(labels.shape))
-    return ctx.op("math.mul", (total, ctx.const(-1.0 / count, logits.dtype, "scale")))
-
-
-@layer("mse")
-def mse(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    pred, target = ins
-    if pred.shape != target.shape:
-        raise CarambaError(f"prediction {pred.type} and target {target.type} must have one shape")
-    diff = ctx.op("math.sub", (pred, target), name="diff")
-    sq = ctx.op("math.square", (diff,), name="square")
-    return ctx.op("reduce.mean", (sq,))
-
-
-@layer("accuracy")
-def accuracy(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    """Fraction of positions whose argmax matches the label."""
-    logits, labels = ins
-    _check_labels(logits, labels)
-    pred = ctx.op("reduce.argmax", (logits,), {"axis": -1}, name="argmax")
-    if labels.dtype != pred.dtype:
-        labels = ctx.op("math.cast", (labels,), {"dtype": pred.dtype}, name="labels")
-    hit = ctx.op("math.equal", (pred, labels), name="hit")
-    f = ctx.op("math.cast", (hit,), {"dtype": logits.dtype}, name="hits")
-    return ctx.op("reduce.mean", (f,))

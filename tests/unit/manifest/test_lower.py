@@ -29,7 +29,7 @@ def lower(text, **kw):
 def test_node_ids_params_and_origins_survive():
     low = lower(MLP, dims={"batch": 8})
     g = low.graph
-    assert {"fc1", "act", "fc2", "loss"} <= {n.id for n in g.nodes}
+    assert {"fc1", "act", "fc2", "loss"} <= {n.id for n in g.nodes} and g.node("loss").op == "train.loss.cross_entropy"
     assert g.node("fc1").op == "math.add" and g.node("fc1.matmul").op == "linalg.matmul"
     assert set(low.params) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     assert g.state["fc1.weight"].type.shape == (64, 32)
@@ -61,7 +61,7 @@ def test_symbolic_dims_come_from_dims_or_topology():
         ("{out_features: 10}", "{}", 9, r"missing required config 'out_features'"),
         ("id: act,", "id: fc1,", 8, r"duplicate node id 'fc1'"),
         ("loss: loss}", "loss: los}", 11, r"output 'loss' names 'los', which no node produces"),
-        ("in: [fc2, label]", "in: [label, fc2]", 10, r"labels must be int64 class indices"),
+        ("in: [fc2, label]", "in: [label, fc2]", 10, r"node 'loss' \(loss.cross_entropy\): train.loss.cross_entropy does not accept logits of dtype int64"),
     ],
 )
 def test_errors_point_at_the_manifest(old, new, line, match):
