@@ -32,6 +32,7 @@ class Prepared:
     data_name: str | None = None
     sha256: str = ""
     seconds: float = 0.0
+    optimizer: tuple[Any, dict[str, Any]] | None = None  # (optimizer asset, resolved config)
 
     @property
     def dataset(self) -> Any:
@@ -52,10 +53,9 @@ def load_document(source: str | Path | Document, overrides: Mapping[str, Any] | 
         if overrides:
             raise ManifestError("overrides apply when loading; pass a path or text instead of a Document")
         return source
-    p = Path(source)
-    if p.suffix in (".yml", ".yaml") or p.exists():
-        return load(p, overrides=overrides)
-    return load_string(str(source), overrides=overrides)
+    if isinstance(source, str) and ("\n" in source or (":" in source and not source.endswith((".yml", ".yaml")))):
+        return load_string(source, overrides=overrides)  # YAML text
+    return load(Path(source), overrides=overrides)
 
 
 def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
@@ -97,6 +97,8 @@ def _check_references(prep: Prepared) -> None:
             raise doc.error(("trainer",), "a trainer needs data: add a `datasets:` section")
     elif m.datasets:
         prep.data_name = next(iter(m.datasets)) if len(m.datasets) == 1 else None
+    if m.trainer is not None:
+        prep.optimizer = resolve_optimizer(prep)
     for i, metric in enumerate(m.metrics):
         if metric not in published:
             raise doc.error(("metrics", i), f"metric '{metric}' is not produced by the topology; {did_you_mean(metric, published)}")
@@ -105,6 +107,23 @@ def _check_references(prep: Prepared) -> None:
             if key.split(".")[0] not in {"variables", *Manifest.model_fields}:
                 raise doc.error(("tuner", "arms", i, "set", key), f"tuner arm '{arm.id}' sets '{key}', which is not a "
                                 "manifest path (use variables.<name> or a section such as trainer.lr)", key=True)
+
+
+def resolve_optimizer(prep: Prepared) -> tuple[Any, dict[str, Any]]:
+    """The trainer's optimizer asset and its config checked against the asset's schema."""
+    from caramba.manifest.registry import registry
+
+    doc, spec = prep.doc, prep.manifest.trainer.optimizer  # type: ignore[union-attr]
+    try:
+        asset = registry().get(spec.op, ("optimizer",))
+    except KeyError as exc:
+        raise doc.error(("trainer", "optimizer", "op") if isinstance(doc.get(("trainer", "optimizer")), dict)
+                        else ("trainer", "optimizer"), exc.args[0]) from None
+
+    def bad(key: str | None, msg: str) -> None:
+        raise doc.error(("trainer", "optimizer", key) if key else ("trainer", "optimizer"), msg, key=key is not None)
+
+    return asset, asset.resolve_config(spec.config, bad)
 
 
 def _bind_data(prep: Prepared) -> None:
@@ -163,4 +182,4 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
     return prep, low
 
 
-__all__ = ["Prepared", "check", "load_document", "prepare"]
+__all__ = ["Prepared", "check", "load_document", "prepare", "resolve_optimizer"]

@@ -26,7 +26,7 @@ KINDS = ("operation", "optimizer", "block", "model", "manifest")
 CONFIG_TYPES = ("int", "float", "bool", "str", "ints", "floats", "dtype", "any", "mapping", "int?", "float?", "str?", "ints?")
 _META_KEYS = {
     "kind", "op", "label", "category", "description", "inputs", "outputs", "config", "ir", "lowering",
-    "params", "topology", "manifest", "example",
+    "params", "topology", "manifest", "example", "ir_attrs",
 }
 
 
@@ -65,6 +65,7 @@ class Asset:
     outputs: tuple[Port, ...] = (Port("out"),)
     config: tuple[ConfigField, ...] = ()
     ir: str | None = None
+    ir_attrs: dict[str, Any] = field(default_factory=dict, compare=False)
     lowering: str | None = None
     params: tuple[str, ...] = ()
     topology: Y | None = field(default=None, repr=False, compare=False)
@@ -294,13 +295,15 @@ def load_asset(path: Path, display: str) -> Asset:
         raise bad(("kind",), f"{kind} asset {op} needs a topology")
     if kind == "operation" and not (meta.get("ir") or meta.get("lowering")):
         raise bad(("kind",), f"operation {op} needs `ir:` (an IR op ID) or `lowering:` (a layer name)")
+    if kind == "optimizer" and not meta.get("ir"):
+        raise bad(("kind",), f"optimizer {op} needs `ir:` (its train.optimizer.* update op)")
     if kind == "manifest" and manifest is None:
         raise bad(("kind",), f"manifest template {op} needs a `manifest:` body")
     return Asset(
         kind=kind, op=op, description=meta["description"].strip(), file=display,
         label=str(meta.get("label", "")), category=str(meta.get("category", "")),
         inputs=ports["inputs"], outputs=ports["outputs"], config=tuple(config),
-        ir=meta.get("ir"), lowering=meta.get("lowering"), params=tuple(meta.get("params", []) or ()),
+        ir=meta.get("ir"), ir_attrs=dict(meta.get("ir_attrs") or {}), lowering=meta.get("lowering"), params=tuple(meta.get("params", []) or ()),
         topology=topo, manifest=manifest, example=meta.get("example"), text=text,
     )
 

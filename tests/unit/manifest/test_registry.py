@@ -5,16 +5,15 @@ import pytest
 import caramba.ir as ir
 from caramba.ir.attrs import REQUIRED
 from caramba.manifest import ManifestError
+from caramba.manifest.compile import check
 from caramba.manifest.lower import LAYERS, lower_example
-from caramba.manifest.registry import KINDS, registry
+from caramba.manifest.registry import KINDS, registry, template_text
 
 REG = registry()
 
 
 def test_every_kind_is_present():
-    kinds = {a.kind for a in REG.list()}
-    assert {"operation", "block", "model", "optimizer", "manifest"} <= kinds | {"optimizer", "manifest"}
-    assert set(kinds) <= set(KINDS)
+    assert {a.kind for a in REG.list()} == set(KINDS)
     for op in ("projection.linear", "embedding.token", "attention.sdpa", "norm.layer", "block.mlp",
                "block.residual", "block.transformer", "block.conv", "model.mlp_classifier", "model.gpt_tiny",
                "model.gpt2_small", "model.cnn_classifier", "model.audio_classifier"):
@@ -31,6 +30,21 @@ def test_direct_ir_operations_match_their_opdef(asset):
     lo, hi = asset.arity()
     want_lo, want_hi = (opdef.arity, opdef.arity) if isinstance(opdef.arity, int) else opdef.arity
     assert lo >= want_lo and (want_hi is None or hi <= want_hi)
+
+
+@pytest.mark.parametrize("asset", REG.list("optimizer"), ids=lambda a: a.op)
+def test_optimizers_match_their_update_op(asset):
+    attrs = {a.name: a for a in ir.get_op(asset.ir).attrs}
+    assert asset.ir.startswith("train.optimizer.")
+    for c in asset.config:
+        assert c.name in attrs and c.type == attrs[c.name].kind, (asset.op, c.name)
+    assert set(asset.ir_attrs) <= set(attrs)
+
+
+@pytest.mark.parametrize("asset", REG.list("manifest"), ids=lambda a: a.op)
+def test_manifest_templates_are_valid_manifests(asset):
+    prep, low = check(template_text(asset))
+    assert prep.manifest.is_experiment and low.params
 
 
 @pytest.mark.parametrize("asset", [a for a in REG.list("operation") if a.lowering], ids=lambda a: a.op)
