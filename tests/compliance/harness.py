@@ -193,6 +193,9 @@ class Row:
     bad: tuple[Bad, ...] = ()
     # For the dtype-acceptance test: which case to build for each dtype (default: the first).
     probe: Case | None = None
+    # False for ops with no dtype parameter (random.bernoulli is always bool): ``dtypes`` then
+    # names the one dtype the cases run at, and there is nothing to reject.
+    typed: bool = True
 
     def __post_init__(self) -> None:
         fixed = []
@@ -204,12 +207,19 @@ class Row:
         object.__setattr__(self, "probe", replace(probe, op=self.op, dtypes=self.dtypes))
 
 
-def row(op: str, dtypes: frozenset[DType], cases: Sequence[Case], bad: Sequence[Bad] = (), probe: Case | None = None) -> Row:
-    return Row(op, frozenset(dtypes), tuple(cases), tuple(bad), probe)
+def row(
+    op: str,
+    dtypes: frozenset[DType],
+    cases: Sequence[Case],
+    bad: Sequence[Bad] = (),
+    probe: Case | None = None,
+    typed: bool = True,
+) -> Row:
+    return Row(op, frozenset(dtypes), tuple(cases), tuple(bad), probe, typed)
 
 
 def bad(match: str, *args: tuple[Sequence[int], "DType | str"], label: str = "", **attrs: Any) -> Bad:
-    return Bad(tuple((tuple(s), ir.dtype(d)) for s, d in args), attrs, match, label or match)
+    return Bad(tuple((tuple(s), ir.dtype(d)) for s, d in args), attrs, match, label or match.replace("\\", ""))
 
 
 # ---- building -----------------------------------------------------------------------------

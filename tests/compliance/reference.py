@@ -243,3 +243,128 @@ def ravel(idx: Sequence[int], shape: Sequence[int]) -> int:
     for i, s in zip(idx, shape):
         k = k * s + i
     return k
+
+
+# ---- normalization, convolution, pooling, attention ----------------------------------------------
+
+
+def per_group(x: np.ndarray, lead: int, fn: Callable[[list[float], tuple[int, ...]], list[float]]) -> np.ndarray:
+    """Apply ``fn(values, lead_index)`` to each block x[lead_index] (all trailing axes, row-major)."""
+    out = np.empty(x.shape, dtype=np.float64)
+    for idx in np.ndindex(*x.shape[:lead]):
+        block = x[idx]
+        res = fn(scalars(np.asarray(block)), idx)
+        out[idx] = np.array(res, dtype=np.float64).reshape(np.shape(block))
+    return out
+
+
+def mp_normalize(xs: list[float], eps: float, center: bool) -> list[Any]:
+    """(x - mean) / sqrt(var + eps) (center) or x / sqrt(mean(x^2) + eps), in mpmath."""
+    n = len(xs)
+    m = mp.fsum(xs) / n if center else mp.mpf(0)
+    var = mp.fsum((mp.mpf(v) - m) ** 2 for v in xs) / n
+    r = 1 / mp.sqrt(var + mp.mpf(eps))
+    return [(mp.mpf(v) - m) * r for v in xs]
+
+
+def conv_loop(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride, padding, dilation, groups) -> Expect:
+    """Cross-correlation by explicit loops over [N, O, *out] and [C/g, *K] (zero padding)."""
+    nd = x.ndim - 2
+    n = x.shape[0]
+    o, cg = w.shape[:2]
+    ks = w.shape[2:]
+    og = o // groups
+    out_sp = tuple((x.shape[2 + i] + 2 * padding[i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1 for i in range(nd))
+    out = np.empty((n, o) + out_sp, dtype=np.float64)
+    scale = np.empty(out.shape, dtype=np.float64)
+    xf, wf = x.astype(np.float64), w.astype(np.float64)
+    for bi in range(n):
+        for oi in range(o):
+            g = oi // og
+            for p in np.ndindex(*out_sp):
+                terms = []
+                for ci in range(cg):
+                    for kk in np.ndindex(*ks):
+                        pos = tuple(p[i] * stride[i] + kk[i] * dilation[i] - padding[i] for i in range(nd))
+                        if all(0 <= pos[i] < x.shape[2 + i] for i in range(nd)):
+                            terms.append(float(xf[(bi, g * cg + ci) + pos]) * float(wf[(oi, ci) + kk]))
+                if b is not None:
+                    terms.append(float(b[oi]))
+                out[(bi, oi) + p] = math.fsum(terms)
+                scale[(bi, oi) + p] = math.fsum(abs(t) for t in terms)
+    return Expect(out, scale)
+
+
+def pool_loop(x: np.ndarray, kernel, stride, padding, kind: str) -> np.ndarray:
+    """max (padding is -inf) or average (padding counts as zeros) over 2-D windows."""
+    n, c, h, w = x.shape
+    oh = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    ow = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    out = np.empty((n, c, oh, ow), dtype=np.float64)
+    for bi, ci, i, j in np.ndindex(n, c, oh, ow):
+        vals = []
+        for a, b in np.ndindex(*kernel):
+            r, s = i * stride[0] + a - padding[0], j * stride[1] + b - padding[1]
+            inside = 0 <= r < h and 0 <= s < w
+            vals.append(float(x[bi, ci, r, s]) if inside else (-math.inf if kind == "max" else 0.0))
+        out[bi, ci, i, j] = max(vals) if kind == "max" else math.fsum(vals) / len(vals)
+    return out
+
+
+def sdpa_loop(q, k, v, mask=None, scale=None, causal=False) -> Expect:
+    """softmax(q k^T * scale + mask) v per batch index, in mpmath; scale = max|v| (1 + max|s|)."""
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    tq, d = q.shape[-2:]
+    tk, dv = v.shape[-2:]
+    sc = mp.mpf(1) / mp.sqrt(d) if scale is None else mp.mpf(scale)
+    qb = np.broadcast_to(q, batch + q.shape[-2:])
+    kb = np.broadcast_to(k, batch + k.shape[-2:])
+    vb = np.broadcast_to(v, batch + v.shape[-2:])
+    mb = None if mask is None else np.broadcast_to(mask, batch + (tq, tk))
+    out = np.empty(batch + (tq, dv), dtype=np.float64)
+    err = np.empty(out.shape, dtype=np.float64)
+    with mp.workdps(DPS):
+        for bi in np.ndindex(*batch):
+            for i in range(tq):
+                s = []
+                for j in range(tk):
+                    val = mp.fsum(mp.mpf(float(qb[bi][i, t])) * mp.mpf(float(kb[bi][j, t])) for t in range(d)) * sc
+                    if mb is not None:
+                        mval = mb[bi][i, j]
+                        if mb.dtype == np.bool_:
+                            val = val if mval else -mp.inf
+                        else:
+                            val = val + mp.mpf(float(mval))
+                    if causal and j > i + (tk - tq):
+                        val = -mp.inf
+                    s.append(val)
+                top = max(s)
+                e = [mp.exp(x - top) if x != -mp.inf else mp.mpf(0) for x in s]
+                tot = mp.fsum(e)
+                p = [x / tot for x in e]
+                vmax = max((abs(float(vb[bi][j, c])) for j in range(tk) for c in range(dv)), default=0.0)
+                smax = max((abs(float(x)) for x in s if x != -mp.inf), default=0.0)
+                for c in range(dv):
+                    out[bi + (i, c)] = float(mp.fsum(p[j] * mp.mpf(float(vb[bi][j, c])) for j in range(tk)))
+                    err[bi + (i, c)] = vmax * (1.0 + smax)
+    return Expect(out, err)
+
+
+def rope_loop(x: np.ndarray, base: float, offset: int) -> Expect:
+    """Rotate-half RoPE in mpmath; scale = (|x1| + |x2|) (1 + angle)."""
+    t_len, dim = x.shape[-2:]
+    half = dim // 2
+    out = np.empty(x.shape, dtype=np.float64)
+    err = np.empty(x.shape, dtype=np.float64)
+    with mp.workdps(DPS):
+        for lead in np.ndindex(*x.shape[:-2]):
+            for t in range(t_len):
+                for i in range(half):
+                    ang = (offset + t) * mp.power(mp.mpf(base), -mp.mpf(2 * i) / dim)
+                    cs, sn = mp.cos(ang), mp.sin(ang)
+                    x1, x2 = mp.mpf(float(x[lead + (t, i)])), mp.mpf(float(x[lead + (t, half + i)]))
+                    out[lead + (t, i)] = float(x1 * cs - x2 * sn)
+                    out[lead + (t, half + i)] = float(x2 * cs + x1 * sn)
+                    e = float((abs(x1) + abs(x2)) * (1 + ang))
+                    err[lead + (t, i)] = err[lead + (t, half + i)] = e
+    return Expect(out, err)

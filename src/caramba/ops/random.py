@@ -20,6 +20,12 @@ def _random(op_id: str, out_dtype: DType | None = None):
         d = out_dtype or a["dtype"]
         if out_dtype is None:
             require_dtype(op_id, ValueType((), d), FLOATS, "dtype")
+        if "high" in a and not a["low"] < a["high"]:
+            raise GraphError(f"{op_id} needs low < high, got [{a['low']}, {a['high']})")
+        if "std" in a and not a["std"] >= 0:
+            raise GraphError(f"{op_id} needs std >= 0, got {a['std']}")
+        if "p" in a and not 0.0 <= a["p"] <= 1.0:
+            raise GraphError(f"{op_id} needs 0 <= p <= 1, got {a['p']}")
         return (ValueType(tuple(a["shape"]), d),)
 
     return infer

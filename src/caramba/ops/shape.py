@@ -1,6 +1,7 @@
 """shape.*: reshape, transpose, concat, split, slice, pad, broadcast, gather/scatter, ...
 
-Shape ops move data; they never change values, so every one of them takes any dtype.
+Shape ops move data; they never change values, so every one of them takes any dtype (except
+scatter_add, which adds, and iota, which counts: numbers only).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from math import prod
 
 from caramba.errors import GraphError
 from caramba.ir.attrs import Attr
-from caramba.ir.dtypes import ALL, DType
+from caramba.ir.dtypes import ALL, NUMERIC, DType
 from caramba.ir.types import ValueType
 from caramba.ops._define import broadcast_shapes, define, norm_axes, norm_axis, require_dtype, same_dtype
 
@@ -162,7 +163,11 @@ pad = define(
 def _broadcast_to(ins, a):
     t = ins[0]
     shape = tuple(a["shape"])
-    if len(shape) < t.rank or broadcast_shapes(t.shape, shape) != shape:
+    try:
+        ok = len(shape) >= t.rank and broadcast_shapes(t.shape, shape) == shape
+    except GraphError:
+        ok = False
+    if not ok:
         raise GraphError(f"shape.broadcast_to: {list(t.shape)} does not broadcast to {list(shape)}")
     return (t.with_shape(shape),)
 
@@ -219,6 +224,7 @@ gather = define(
 
 def _scatter_add(ins, a):
     t, idx, upd = ins
+    require_dtype("shape.scatter_add", t, NUMERIC)  # it adds: bool has no addition
     require_dtype("shape.scatter_add", idx, frozenset({DType.int64, DType.int32}), "indices")
     if t.rank == 0:
         raise GraphError("shape.scatter_add into a scalar")

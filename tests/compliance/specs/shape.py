@@ -321,7 +321,7 @@ ROWS = [
         "shape.expand_dims",
         ALL,
         [case(f"{label(s)}-axes={a}", (s,), {"axes": a}, _same_order_ref(_expand_shape)) for s, a in (((3, 5), (0,)), ((3, 5), (-1,)), ((3, 5), (0, 2)), ((), (0,)), ((7,), (1, 0)), ((0, 2), (1,)))],
-        [bad("axis 3 is out of range for rank 3", ((2, 3), F64), axes=[3]), bad("repeated axis", ((2, 3), F64), axes=[0, -3])],
+        [bad("axis 3 is out of range for rank 3", ((2, 3), F64), axes=[3]), bad("repeated axis", ((2, 3), F64), axes=[0, -4])],
     ),
     row(
         "shape.squeeze",

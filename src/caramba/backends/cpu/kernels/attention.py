@@ -8,9 +8,10 @@ import numpy as np
 
 from caramba.backends.cpu.kernels import FLOAT, kernel
 from caramba.backends.cpu.kernels.nn import softmax
+from caramba.ir.dtypes import DType
 
 
-@kernel("attention.sdpa", FLOAT)
+@kernel("attention.sdpa", FLOAT | {DType.bool})  # bool: a keep-mask
 def _sdpa(node, ins):
     q_t, k_t = ins[0], ins[1]
     d = q_t.shape[-1]

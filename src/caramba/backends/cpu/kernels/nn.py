@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from caramba.backends.cpu.kernels import FLOAT, kernel
+from caramba.backends.cpu.kernels import ANY, FLOAT, kernel
 from caramba.backends.cpu.kernels.random import generator
 from caramba.backends.cpu.kernels.shape import _check_indices
+from caramba.ir.dtypes import DType
 from caramba.ops._define import norm_axis
 
 
@@ -88,7 +89,7 @@ def _group_norm(node, ins):
     return group_norm
 
 
-@kernel("nn.embedding", FLOAT)
+@kernel("nn.embedding", ANY)  # any table dtype; int32/int64 ids
 def _embedding(node, ins):
     vocab = ins[1].shape[0]
 
@@ -177,7 +178,7 @@ kernel("nn.max_pool2d", FLOAT)(_pool(np.max, -np.inf))
 kernel("nn.avg_pool2d", FLOAT)(_pool(np.mean, 0.0))
 
 
-@kernel("nn.dropout", FLOAT)
+@kernel("nn.dropout", FLOAT | {DType.int64})  # int64: the optional key input
 def _dropout(node, ins):
     rate, seed = node.attrs["rate"], node.attrs["seed"]
     shape = ins[0].shape
