@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from caramba.actors.identity import Identity, canonical, verify_signature
+from caramba.actors.messages import Message
 from caramba.errors import CarambaError
 
 KINDS = ("intent", "event", "claim", "artifact")
@@ -51,11 +52,10 @@ class UnknownEntry(LedgerError):
 
 
 # ---- records ---------------------------------------------------------------------------------
-class EntryBody(BaseModel):
+class EntryBody(Message):
     """What an actor signs: the evidence itself. ``procedure`` says how it was produced (hash
     algorithm, manifest hash, code revision)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Kind
     actor: str
     subject: str = ""
@@ -78,10 +78,9 @@ class EntryBody(BaseModel):
         )
 
 
-class Entry(BaseModel):
+class Entry(Message):
     """A recorded entry (a row of the ledger)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
     seq: int
     hash: str
     prev: str
@@ -119,10 +118,9 @@ def row_hash(seq: int, prev: str, t: float, body: bytes, public_key: str, signat
     return h.hexdigest()
 
 
-class Reason(BaseModel):
+class Reason(Message):
     """One link of a reason chain: which entry, and what is wrong with it (or which dependency)."""
 
-    model_config = ConfigDict(frozen=True)
     seq: int
     entry: str
     kind: str
@@ -133,10 +131,9 @@ class Reason(BaseModel):
         return f"#{self.seq} {self.kind} '{self.name}': {self.problem}"
 
 
-class Validity(BaseModel):
+class Validity(Message):
     """The Notary's answer about one entry: VERIFIED, VOIDED (with the reason chain) or UNKNOWN."""
 
-    model_config = ConfigDict(frozen=True)
     entry: str
     verdict: Verdict
     reasons: list[Reason] = Field(default_factory=list)
@@ -154,15 +151,13 @@ class Validity(BaseModel):
         return "\n".join(lines)
 
 
-class Check(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Check(Message):
     name: str
     ok: bool
     detail: str = ""
 
 
-class AuditEntry(BaseModel):
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+class AuditEntry(Message):
     seq: int
     hash: str
     kind: str
@@ -175,11 +170,10 @@ class AuditEntry(BaseModel):
     checks: list[Check]
 
 
-class Audit(BaseModel):
+class Audit(Message):
     """Everything behind a verdict: the entries of the dependency DAG (oldest first), the checks
     made on each, and the reason chain when the verdict is not VERIFIED."""
 
-    model_config = ConfigDict(frozen=True)
     validity: Validity
     entries: list[AuditEntry]
 
@@ -193,10 +187,9 @@ class Audit(BaseModel):
         return "\n".join(lines)
 
 
-class LedgerReport(BaseModel):
+class LedgerReport(Message):
     """End-to-end integrity of the whole ledger (chain, signatures, keys, dependencies, artifacts)."""
 
-    model_config = ConfigDict(frozen=True)
     ok: bool
     entries: int
     head: str

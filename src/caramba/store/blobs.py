@@ -191,6 +191,19 @@ class BlobStore(ABC):
         """All bytes of ``key``; raises IntegrityError if they no longer match the index."""
         return b"".join(self.iter_chunks(key, verify=verify))
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``key`` from ``offset`` (unverified: a window of a stream)."""
+        ref = self.stat(key)
+        out, pos = [], 0
+        for chunk in self._read_chunks(ref):
+            end = pos + len(chunk)
+            if end > offset:
+                out.append(chunk[max(0, offset - pos) : offset + length - pos])
+            pos = end
+            if pos >= offset + length:
+                break
+        return b"".join(out)
+
     def digest(self, key: str) -> BlobRef:
         """Recompute SHA-256 and size of the stored bytes (does not trust the index)."""
         ref = self.stat(key)
@@ -263,6 +276,15 @@ class LocalBlobStore(BlobStore):
             while chunk := f.read(CHUNK):
                 yield chunk
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        ref = self.stat(key)
+        try:
+            with open(self.object_path(ref.sha256), "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except FileNotFoundError:
+            raise BlobNotFound(f"blob {key!r} is indexed in {self.url} but its bytes are gone") from None
+
     def _open_spool(self) -> tuple[BinaryIO, str]:
         path = str(self.root / "tmp" / uuid.uuid4().hex)
         return open(path, "wb"), path
@@ -275,7 +297,7 @@ class LocalBlobStore(BlobStore):
                     f"blob {ref.key!r} in {self.url} already holds sha256 {row[0]}; refusing to bind {ref.sha256}"
                 )
             dest = self.object_path(ref.sha256)
-            if not dest.exists():
+            if not dest.exists() or _file_sha256(dest) != ref.sha256:  # new, or damaged: (re)write it
                 dest.parent.mkdir(exist_ok=True)
                 os.chmod(path, 0o444)  # content-addressed objects are never edited in place
                 os.replace(path, dest)
@@ -292,6 +314,14 @@ class LocalBlobStore(BlobStore):
 
     def __repr__(self) -> str:
         return f"<LocalBlobStore {self.root}>"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def open_store(url: str | os.PathLike) -> BlobStore:

@@ -130,3 +130,13 @@ def test_s3_tamper_is_detected(s3_endpoint):
     with pytest.raises(IntegrityError, match="'ckpt'.*changed"):
         store.get("ckpt")
     assert store.digest("ckpt").sha256 != ref.sha256
+
+
+def test_putting_the_true_bytes_again_repairs_a_damaged_object(tmp_path):
+    store = LocalBlobStore(tmp_path)
+    ref = store.put("a", b"true bytes")
+    path = store.object_path(ref.sha256)
+    path.chmod(0o644)
+    path.write_bytes(b"damaged!!!")
+    store.put("b", b"true bytes")
+    assert store.get("a") == b"true bytes"
