@@ -1,6 +1,6 @@
-"""dce: remove pure nodes no output depends on; keep every effectful node.
-
-Also applies the compile targets: outputs not asked for are dropped first.
+"""dce: remove pure nodes that no output and no effect depends on; keep every effectful node
+(state reads and writes, random draws, checkpoints, IO) and every graph input (the
+executable's signature), used or not.
 """
 
 from __future__ import annotations
@@ -11,16 +11,14 @@ from caramba.ir.types import Effect
 
 
 def dce(graph: Graph, ctx: PassContext) -> PassResult:
-    outputs = {k: v for k, v in graph.outputs.items() if k in ctx.targets}
-    live: set[str] = {r.node for r in outputs.values()}
+    live: set[str] = {r.node for r in graph.outputs.values()}
     for node in reversed(graph.nodes):
-        keep = node.id in live or (node.effect is not Effect.pure and node.op != "graph.input")
-        if keep:
+        if node.id in live or node.effect is not Effect.pure:
             live.add(node.id)
             live.update(r.node for r in node.inputs)
-    # Graph inputs stay (they are the executable's signature) even when unused.
-    nodes = [n for n in graph.nodes if n.id in live or n.op == "graph.input"]
-    removed = len(graph.nodes) - len(nodes)
-    changed = removed > 0 or outputs != graph.outputs
-    diags = [f"removed {removed} dead node(s)"] if removed else []
-    return PassResult(graph.rebuilt(nodes, outputs) if changed else graph, changed, diags)
+    nodes = [n for n in graph.nodes if n.id in live]
+    removed = [n.id for n in graph.nodes if n.id not in live]
+    if not removed:
+        return PassResult(graph, False)
+    shown = ", ".join(removed[:20]) + (f", ... {len(removed) - 20} more" if len(removed) > 20 else "")
+    return PassResult(graph.rebuilt(nodes), True, [f"removed {len(removed)} dead node(s): {shown}"])

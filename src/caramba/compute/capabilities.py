@@ -27,6 +27,7 @@ class Capabilities:
     fusions: frozenset[tuple[str, DType]] = frozenset()
     shape_rules: Mapping[str, ShapeRule] = field(default_factory=dict)
     state: bool = True
+    buffers: frozenset[str] = frozenset()  # ops whose kernels write into a planned output buffer (memory pass)
 
     def supports(self, op_id: str) -> bool:
         return op_id in self.ops

@@ -32,7 +32,7 @@ def _enc_value(v: Any) -> Any:
         return {
             "$array": base64.b64encode(arr.tobytes()).decode(),
             "dtype": as_dtype(arr.dtype).value,
-            "shape": list(arr.shape),
+            "shape": list(np.shape(v)),  # not arr.shape: ascontiguousarray makes 0-d arrays 1-d
         }
     if isinstance(v, DType):
         return {"$dtype": v.value}

@@ -1,6 +1,7 @@
 """caramba.ops: every op, by family. ``from caramba import ops; ops.gelu(x)``."""
 
 from caramba.ops import activation, attention, graph, linalg, math, nn, random, reduce, shape, state
+from caramba.ops import fused  # the forms the compiler's fuse pass produces
 from caramba.ops import train  # losses, metrics, optimizer updates, checkpoints
 from caramba.ops.activation import elu, gelu, leaky_relu, relu, selu, sigmoid, silu, softplus, swiglu
 from caramba.ops.attention import rope, sdpa
@@ -79,4 +80,4 @@ from caramba.ops.shape import (
     view_as_heads,
 )
 
-FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, train)
+FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, fused, train)

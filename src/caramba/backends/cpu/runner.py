@@ -2,26 +2,32 @@
 
 ``compile`` generates one Python function per graph: each node becomes one line calling a
 kernel that was specialized at compile time (attributes already read), so executing a graph
-walks no graph and looks nothing up.
+walks no graph and looks nothing up. Fused nodes call generated Numba kernels
+(``backends/cpu/fused``); with a memory plan, every intermediate an out-capable kernel
+produces is written into its planned view of one arena allocated at compile time.
 """
 
 from __future__ import annotations
 
 import linecache
+import threading
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from caramba.backends.cpu.capabilities import cpu_capabilities
-from caramba.backends.cpu.kernels import KERNELS
+from caramba.backends.cpu.kernels import KERNELS, OUT
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
 from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
 from caramba.ir.dtypes import dtype as as_dtype
 from caramba.ir.graph import Graph, Ref
+
+if TYPE_CHECKING:
+    from caramba.compiler.memory import MemoryPlan
 
 
 class CpuTensor(Tensor):
@@ -55,15 +61,25 @@ class KernelFailed(CarambaError):
 class CpuExecutable(Executable):
     def __init__(self, runner: "CpuRunner", graph: Graph, source: Graph, report: Any) -> None:
         super().__init__(runner, graph, source, report)
-        self._fn, self._code_name, self._line_nodes = _generate(graph, runner.debug)
+        plan = getattr(report, "memory", None)
+        if plan is not None and plan.order != tuple(n.id for n in graph.nodes):
+            plan = None  # made for another node order: not applicable
+        self.plan = plan
+        self._fn, self._code_name, self._line_nodes = _generate(graph, runner.debug, plan)
         self._writes = tuple(n.attrs["name"] for n in graph.nodes if n.op == "state.write")
+        # Planned buffers are reused by every run: one run at a time.
+        self._lock = threading.Lock() if plan is not None and plan.slots else None
 
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         host_in = {k: t.array for k, t in inputs.items()}  # type: ignore[attr-defined]
         host_state = {k: t.array for k, t in state.items()}  # type: ignore[attr-defined]
         try:
             with np.errstate(all="ignore"):  # IEEE results (inf/nan) as every backend gives them
-                outs = self._fn(host_in, host_state)
+                if self._lock is None:
+                    outs = self._fn(host_in, host_state)
+                else:
+                    with self._lock:
+                        outs = self._fn(host_in, host_state)
         except CarambaError as exc:
             node = self._failing_node(exc)
             if node is not None and exc.node is None:
@@ -89,46 +105,122 @@ class CpuExecutable(Executable):
 
 
 _COUNTER = [0]
+_VIEWS_CONTIGUOUS = frozenset({"shape.reshape", "shape.expand_dims", "shape.squeeze"})
 
 
-def _generate(graph: Graph, debug: bool):
-    """Generate ``run(inputs, state) -> outputs`` for ``graph``; returns (fn, filename, line->node)."""
-    env: dict[str, Any] = {"np": np}
+def _hints(graph: Graph, writes_out: frozenset[str]) -> dict[Ref, tuple[bool, bool]]:
+    """Likely (contiguous, readonly) of each value at run time, to compile fused kernels for
+    the argument types they will see (another combination compiles lazily, also cached)."""
+    hints: dict[Ref, tuple[bool, bool]] = {}
+    for node in graph.nodes:
+        ins = [hints[r] for r in node.inputs]
+        if node.op in ("graph.input", "graph.constant", "state.read"):
+            h = (True, True)
+        elif node.op in writes_out or not node.op.startswith("shape."):
+            h = (True, False)
+        else:  # a view (or copy) of its first input
+            c, ro = ins[0] if ins else (True, False)
+            h = (c and node.op in _VIEWS_CONTIGUOUS, ro or node.op == "shape.broadcast_to")
+        for j in range(len(node.types)):
+            hints[Ref(node.id, j)] = h
+    return hints
+
+
+def _arena(nbytes: int) -> np.ndarray:
+    """``nbytes`` of storage starting on a 64-byte boundary."""
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start : start + nbytes]
+
+
+def _generate(graph: Graph, debug: bool, plan: "MemoryPlan | None" = None):
+    """Generate ``run(inputs, state) -> outputs`` for ``graph``; returns (fn, filename, line->node).
+
+    Every kernel, constant and planned buffer is bound as a default argument (a local: no
+    global lookups per node). With a memory plan, out-capable kernels write into their planned
+    views of one preallocated arena, and every other value is released after its last use.
+    """
+    from caramba.backends.cpu.fused import FACTORIES
+
+    writes_out = frozenset(OUT) | frozenset(FACTORIES)
+    env: dict[str, Any] = {"_empty": np.empty, "_asarray": np.asarray}
     names: dict[Ref, str] = {}
-    lines = ["def run(inputs, state):"]
+    lines: list[str] = []
     line_nodes: dict[int, str] = {}
+    hints = _hints(graph, writes_out) if any(n.op in FACTORIES for n in graph.nodes) else {}
+    arena = _arena(plan.arena_bytes) if plan is not None and plan.slots else None
+    last_use: dict[Ref, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for r in node.inputs:
+            last_use[r] = i
+    kept = set(graph.outputs.values())
 
     def emit(text: str, node_id: str) -> None:
         lines.append("    " + text)
-        line_nodes[len(lines)] = node_id
+        line_nodes[len(lines) + 1] = node_id  # +1: the def line comes first
+
+    def bind(name: str, value: Any) -> str:
+        env[name] = value
+        return name
 
     for i, node in enumerate(graph.nodes):
         outs = [f"v{i}_{j}" for j in range(len(node.types))]
-        for j, var in enumerate(outs):
-            names[Ref(node.id, j)] = var
-        args = ", ".join(names[r] for r in node.inputs)
+        refs = node.outputs
+        args = [names[r] for r in node.inputs]
         if node.op == "graph.input":
             emit(f"{outs[0]} = inputs[{node.id!r}]", node.id)
         elif node.op == "graph.constant":
-            env[outs[0]] = node.attrs["value"]
+            outs[0] = bind(f"c{i}", node.attrs["value"])
         elif node.op == "state.read":
             emit(f"{outs[0]} = state[{node.attrs['name']!r}]", node.id)
         elif node.op == "state.write":
-            emit(f"state[{node.attrs['name']!r}] = {args}", node.id)
+            emit(f"state[{node.attrs['name']!r}] = {args[0]}", node.id)
         else:
             in_types = tuple(graph.type_of(r) for r in node.inputs)
-            env[f"k{i}"] = KERNELS[node.op](node, in_types)
-            target = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
-            emit(f"{target} = k{i}({args})", node.id)
+            placed = [plan.slots.get(r) if plan is not None else None for r in refs]
+            if node.op in FACTORIES:
+                kern = FACTORIES[node.op](node, in_types, [hints[r] for r in node.inputs])
+            else:
+                kern = KERNELS[node.op](node, in_types)
+            k = bind(f"k{i}", kern)
+            if any(placed) or node.op in FACTORIES:
+                if node.op not in writes_out:
+                    raise KernelFailed(f"memory plan places {node.op}, whose cpu kernel cannot write into a buffer",
+                                       node=node.id, backend="cpu")
+                for j, (slot, t) in enumerate(zip(placed, node.types, strict=True)):
+                    if slot is not None:
+                        view = arena[slot.offset : slot.offset + slot.nbytes].view(t.dtype.numpy).reshape(t.shape)
+                        outs[j] = bind(f"b{i}_{j}", view)
+                    else:
+                        emit(f"{outs[j]} = _empty({bind(f's{i}_{j}', t.shape)}, {bind(f'd{i}_{j}', t.dtype.numpy)})",
+                             node.id)
+                emit(f"{k}({', '.join(args + outs)})", node.id)
+            else:
+                target = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+                call = f"{k}({', '.join(args)})"
+                if len(outs) == 1 and node.types[0].rank == 0:
+                    call = f"_asarray({call})"  # NumPy gives 0-d results as scalars
+                emit(f"{target} = {call}", node.id)
             if debug:
-                env[f"t{i}"] = node.types
+                bind(f"t{i}", node.types)
                 emit(f"_check({', '.join(outs)}, t{i}, {node.id!r})", node.id)
+        for j, r in enumerate(refs):
+            names[r] = outs[j]
+        if plan is not None:
+            # Release what this node was the last user of (never buffers, outputs or constants).
+            dead = [names[r] for r in dict.fromkeys(node.inputs) if last_use[r] == i and r not in kept
+                    and names[r].startswith("v")]
+            dead += [names[r] for r in refs if r not in last_use and r not in kept and names[r].startswith("v")]
+            if dead:
+                emit(f"del {', '.join(dead)}", node.id)
     ret = ", ".join(f"{k!r}: {names[r]}" for k, r in graph.outputs.items())
     lines.append(f"    return {{{ret}}}")
     env["_check"] = _check_types
+    defaults = [k for k in env if k not in ("_check",)]
+    header = "def run(inputs, state, " + ", ".join(f"{k}={k}" for k in defaults) + "):"
     _COUNTER[0] += 1
     filename = f"<caramba-cpu-{_COUNTER[0]}:{graph.name}>"
-    src = "\n".join(lines) + "\n"
+    src = "\n".join([header, *lines]) + "\n"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), env)
     return env["run"], filename, line_nodes

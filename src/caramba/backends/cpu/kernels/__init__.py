@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from caramba.ir.dtypes import HOST_FLOATS, INTS, DType
 from caramba.ir.graph import Node
 from caramba.ir.types import ValueType
@@ -19,28 +21,36 @@ KernelFactory = Callable[[Node, tuple[ValueType, ...]], Kernel]
 
 KERNELS: dict[str, KernelFactory] = {}
 DTYPES: dict[str, frozenset[DType]] = {}
+# Ops whose kernels take the output buffer(s) as trailing positional arguments and write the
+# result there (ufuncs: ``np.add(a, b, out)``); the memory planner places their results.
+OUT: set[str] = set()
 
 FLOAT = HOST_FLOATS  # bfloat16 has no NumPy arithmetic: not claimed
 NUM = HOST_FLOATS | INTS
 ANY = NUM | {DType.bool}
 
 
-def kernel(op_id: str, dtypes: frozenset[DType]) -> Callable[[KernelFactory], KernelFactory]:
-    """Register ``factory`` as the kernel of ``op_id`` for ``dtypes``."""
+def kernel(op_id: str, dtypes: frozenset[DType], *, out: bool = False) -> Callable[[KernelFactory], KernelFactory]:
+    """Register ``factory`` as the kernel of ``op_id`` for ``dtypes``. With ``out=True`` the
+    kernel it makes is called as ``k(*inputs, *outputs)`` and writes into ``outputs`` (arrays of
+    exactly the node's output types, never aliasing an input); its return value is ignored."""
 
     def deco(factory: KernelFactory) -> KernelFactory:
         if op_id in KERNELS:
             raise ValueError(f"cpu kernel for {op_id} registered twice")
         KERNELS[op_id] = factory
         DTYPES[op_id] = frozenset(dtypes)
+        if out:
+            OUT.add(op_id)
         return factory
 
     return deco
 
 
 def simple(op_id: str, dtypes: frozenset[DType], fn: Kernel) -> None:
-    """Register an attribute-free kernel: ``fn`` itself is called."""
-    kernel(op_id, dtypes)(lambda node, ins: fn)
+    """Register an attribute-free kernel: ``fn`` itself is called. A NumPy ufunc also writes
+    into a trailing positional output (``np.add(a, b, out)``), so it is registered out-capable."""
+    kernel(op_id, dtypes, out=isinstance(fn, np.ufunc) and fn.nout == 1)(lambda node, ins: fn)
 
 
 def _load() -> None:

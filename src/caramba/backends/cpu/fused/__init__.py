@@ -1,0 +1,146 @@
+"""Fused kernels of the cpu backend: generated Numba code for ``fused.*`` nodes.
+
+The cpu backend declares fused forms legal (``Capabilities.fusions``) only when Numba imports,
+and only for the ops and dtypes ``scalar.TABLE`` can generate: whatever the fuse pass is
+allowed to produce, this package can compile. There is no other path for a fused node.
+
+``FACTORIES[op](node, input types, hints) -> kernel(*inputs, *outputs)``: the kernel writes the
+node's outputs into the arrays it is given (from the memory plan, or fresh). ``hints`` are
+``(contiguous, readonly)`` per input, to compile the likely signature eagerly.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from caramba.ir.attrs import Attrs
+from caramba.ir.dtypes import DType
+from caramba.ir.graph import Node
+from caramba.ir.opdef import get_op
+from caramba.ir.types import ValueType
+from caramba.ops import fused as F
+
+from .scalar import KERNEL_DTYPES, REDUCTIONS, TABLE
+from .scalar import F as FLOATS
+
+Hint = tuple[bool, bool]  # (contiguous, readonly)
+
+
+@functools.cache
+def numba_status() -> tuple[bool, str]:
+    """(available, version or the reason it is not)."""
+    try:
+        import numba
+    except Exception as exc:  # any import failure means: no fused kernels
+        return False, f"numba does not import ({type(exc).__name__}: {exc})"
+    return True, numba.__version__
+
+
+def available() -> bool:
+    return numba_status()[0]
+
+
+def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[str, DType]]]:
+    """(fused op -> dtypes, fusion patterns) the cpu backend declares; empty without Numba."""
+    if not available():
+        return {}, frozenset()
+    ops = {
+        "fused.elementwise": KERNEL_DTYPES,
+        "fused.softmax": FLOATS,
+        "fused.linear": FLOATS,
+        "fused.layer_norm_residual": FLOATS,
+    }
+    patterns = {(F.elementwise_pattern(op), d) for op, s in TABLE.items() for d in s.dtypes}
+    patterns |= {(F.elementwise_pattern(op), d) for op, ds in REDUCTIONS.items() for d in ds}
+    patterns |= {(F.linear_pattern(a), d) for a in F.ACTIVATIONS for d in FLOATS}
+    patterns |= {(F.LAYER_NORM_RESIDUAL, d) for d in FLOATS} | {(F.SOFTMAX, d) for d in FLOATS}
+    return ops, frozenset(patterns)
+
+
+def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint]) -> Any:
+    from . import jit
+
+    fn = jit.load(kernel.source, kernel.name)
+    args = [jit.array_type(t, c, ro) for t, (c, ro) in zip(in_types, hints, strict=True)]
+    args += [jit.array_type(t) for t in out_types]
+    jit.specialize(fn, args)
+    return fn
+
+
+def _elementwise(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from . import codegen
+
+    k = codegen.elementwise(F.decode_expr(node.attrs["expr"]), list(ins), node.types[0])
+    return _compiled(k, list(ins), list(node.types), hints)
+
+
+def _softmax(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from . import codegen
+
+    k = codegen.softmax(F.decode_expr(node.attrs["expr"]), list(ins), node.types[0], node.attrs["axis"])
+    return _compiled(k, list(ins), list(node.types), hints)
+
+
+def _layer_norm_residual(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from . import codegen
+
+    a = node.attrs
+    k = codegen.layer_norm_residual(list(ins), node.types[0], a["axis"], a["eps"], a["with_sum"])
+    return _compiled(k, list(ins), list(node.types), hints)
+
+
+_ACTIVATION_STEPS = {
+    "relu": ("activation.relu", {}),
+    "gelu": ("activation.gelu", {"approximate": "none"}),
+    "gelu_tanh": ("activation.gelu", {"approximate": "tanh"}),
+    "silu": ("activation.silu", {}),
+    "tanh": ("math.tanh", {}),
+}
+
+
+def epilogue(activation: str, bias: ValueType | None) -> F.Expr:
+    """The elementwise program applied in place to a matmul result (input 0): + bias, activation."""
+    steps: list[F.Step] = []
+    cur: F.Arg = 0
+    if bias is not None:
+        steps.append(F.Step("bias", "math.add", get_op("math.add").version, (0, 1), Attrs()))
+        cur = "bias"
+    if activation != "none":
+        op, attrs = _ACTIVATION_STEPS[activation]
+        steps.append(F.Step("act", op, get_op(op).version, (cur,), get_op(op).make_attrs(attrs)))
+        cur = "act"
+    return F.Expr(tuple(steps), cur)
+
+
+def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from . import codegen
+
+    out_t = node.types[0]
+    bias = ins[2] if len(ins) == 3 else None
+    expr = epilogue(node.attrs["activation"], bias)
+    epi_ins = [out_t] + ([bias] if bias is not None else [])
+    k = codegen.elementwise(expr, epi_ins, out_t, what="fused.linear epilogue")
+    epi = _compiled(k, epi_ins, [out_t], [(True, False)] + ([hints[2]] if bias is not None else []))
+    matmul = np.matmul
+    if bias is None:
+        def linear(x, w, out):
+            matmul(x, w, out)
+            epi(out, out)
+    else:
+        def linear(x, w, b, out):
+            matmul(x, w, out)
+            epi(out, b, out)
+
+    return linear
+
+
+FACTORIES: dict[str, Callable[[Node, tuple[ValueType, ...], list[Hint]], Callable[..., None]]] = {
+    "fused.elementwise": _elementwise,
+    "fused.softmax": _softmax,
+    "fused.linear": _linear,
+    "fused.layer_norm_residual": _layer_norm_residual,
+}

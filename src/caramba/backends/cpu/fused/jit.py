@@ -1,0 +1,80 @@
+"""Compile generated kernel source with Numba, once per process and once on disk.
+
+The source is written to ``<cache_dir>/numba/k_<sha256 of source>.py`` (content-addressed:
+never rewritten, so Numba's on-disk cache next to it stays valid) and imported; its
+``@njit(cache=True)`` function is compiled eagerly for the argument types the runner expects,
+and again lazily (also cached) if an argument arrives with another layout or writability.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from caramba.errors import ConfigError
+from caramba.ir.dtypes import DType
+from caramba.ir.types import ValueType
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, Any] = {}
+
+
+def cache_dir() -> Path:
+    from caramba.config import settings
+
+    return Path(settings().cache_dir).expanduser() / "numba"
+
+
+def load(source: str, name: str = "kernel") -> Any:
+    """The Numba dispatcher ``name`` defined by ``source`` (compiled lazily until ``specialize``)."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:32]
+    with _LOCK:
+        fn = _LOADED.get(key)
+        if fn is not None:
+            return fn
+        folder = cache_dir()
+        path = folder / f"k_{key}.py"
+        if not path.exists():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+                with os.fdopen(fd, "w") as f:
+                    f.write(source)
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot write fused cpu kernels to {folder}: {exc}",
+                    hint="set a writable cache directory: CARAMBA_CACHE_DIR=/path or cache_dir in caramba.yml",
+                ) from None
+        mod_name = f"caramba_fused_k_{key}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        spec.loader.exec_module(mod)
+        fn = getattr(mod, name)
+        _LOADED[key] = fn
+        return fn
+
+
+def array_type(t: ValueType, contiguous: bool = True, readonly: bool = False) -> Any:
+    """The Numba type of a host array holding a value of type ``t``."""
+    from numba import types
+
+    scalar = {
+        DType.float64: types.float64, DType.float32: types.float32, DType.int64: types.int64,
+        DType.int32: types.int32, DType.bool: types.boolean,
+    }[t.dtype]
+    return types.Array(scalar, t.rank, "C" if contiguous else "A", readonly=readonly)
+
+
+def specialize(fn: Any, arg_types: list[Any]) -> None:
+    """Compile ``fn`` now for ``arg_types`` (loaded from the disk cache when it is there)."""
+    from numba import types
+
+    fn.compile(types.none(*arg_types))

@@ -1,0 +1,277 @@
+"""fused.*: the forms the ``fuse`` pass produces. Never written by hand; a backend runs them only
+where its Capabilities declare the fusion legal (``caps.can_fuse(pattern, dtype)``).
+
+- ``fused.elementwise(*inputs, expr)``: a chain of elementwise ops (with broadcasting and scalar
+  constants), optionally ending in one reduction, as one kernel. ``expr`` carries the
+  sub-expression (see ``Expr``); the type rule re-runs every step's own type rule, so the
+  verifier checks a fused node as strictly as the nodes it replaced.
+- ``fused.linear(x, w, bias?, activation)``: ``act(x @ w + bias)``. ``gelu`` is the exact erf
+  form and ``gelu_tanh`` the tanh approximation: distinct values, never interchanged.
+- ``fused.layer_norm_residual(x, r, gamma?, beta?)``: ``layer_norm(x + r)``; with ``with_sum``
+  the sum ``x + r`` is a second output (the residual stream of a pre-LN block).
+- ``fused.softmax(*inputs, expr, axis)``: ``softmax(prologue)`` where the prologue is an
+  elementwise sub-expression (e.g. scores * scale + mask), computed row by row.
+
+Every fused node keeps the ID of the node whose value it computes and names the IDs it
+replaced (in its steps and in its origin note), so errors point back to the source graph.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from caramba.errors import GraphError
+from caramba.ir.attrs import Attr, Attrs, format_value
+from caramba.ir.codec import _dec_value, _enc_value
+from caramba.ir.dtypes import FLOATS
+from caramba.ir.opdef import get_op
+from caramba.ir.types import Effect, ValueType
+from caramba.ops._define import broadcast_shapes, define, norm_axis, require_dtype, same_dtype
+from caramba.ops.linalg import MATMUL_DTYPES, matmul_shape
+
+# ---- the sub-expression carried by fused.elementwise / fused.softmax ---------------------
+
+Arg = int | str  # int k: the fused node's input k; str: the ID of an earlier step
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a fused sub-expression: the replaced node's ID, op, version, args and attrs."""
+
+    id: str
+    op: str
+    version: int
+    args: tuple[Arg, ...]
+    attrs: Attrs
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A straight-line elementwise program. ``out`` is a step ID (or an input index)."""
+
+    steps: tuple[Step, ...]
+    out: Arg
+
+    def encode(self) -> str:
+        """Canonical text (sorted keys, no spaces): equal programs give equal strings."""
+        steps = [
+            [s.id, s.op, s.version, list(s.args), {k: _enc_value(v) for k, v in s.attrs.items()}]
+            for s in self.steps
+        ]
+        return json.dumps({"out": self.out, "steps": steps}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @property
+    def reduction(self) -> Step | None:
+        """The final reduction step, if the program ends in one."""
+        if self.steps and isinstance(self.out, str) and self.steps[-1].id == self.out:
+            last = self.steps[-1]
+            if "reduction" in get_op(last.op).traits:
+                return last
+        return None
+
+    def as_text(self) -> str:
+        """``exp(mul(in0, 2.0))``-style rendering for explain output and errors."""
+        by_id = {s.id: s for s in self.steps}
+
+        def render(a: Arg, depth: int = 0) -> str:
+            if isinstance(a, int):
+                return f"in{a}"
+            s = by_id[a]
+            if s.op == "graph.constant":
+                v = s.attrs["value"]
+                return repr(v.item()) if v.size == 1 else format_value(v)
+            if depth > 12:
+                return f"%{a}"
+            name = s.op.rsplit(".", 1)[1]
+            extra = [f"{k}={format_value(v)}" for k, v in s.attrs.items()]
+            return f"{name}({', '.join([render(x, depth + 1) for x in s.args] + extra)})"
+
+        return render(self.out)
+
+
+def decode_expr(text: str) -> Expr:
+    """Parse (and validate the shape of) an ``expr`` attribute; cached by text."""
+    return _decode(text)
+
+
+@lru_cache(maxsize=4096)
+def _decode(text: str) -> Expr:
+    try:
+        d = json.loads(text)
+        steps = []
+        for sid, op, version, args, attrs in d["steps"]:
+            opdef = get_op(op)
+            steps.append(Step(str(sid), op, int(version), tuple(args), opdef.make_attrs({k: _dec_value(v) for k, v in attrs.items()})))
+        out = d["out"]
+    except GraphError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GraphError(f"malformed fused expression: {exc}") from None
+    return Expr(tuple(steps), out)
+
+
+def _is_scalar_constant(step: Step) -> bool:
+    return step.op == "graph.constant" and step.attrs["value"].size == 1
+
+
+# Ops a fused elementwise program may contain besides ops with the 'elementwise' trait:
+# broadcasting is the identity on scalars, so it fuses like an elementwise op.
+BROADCASTS = frozenset({"shape.broadcast_to"})
+
+
+def infer_expr(op_id: str, ins: tuple[ValueType, ...], expr: Expr, allow_reduction: bool) -> ValueType:
+    """Type of ``expr`` applied to ``ins``: every step's own type rule, in order."""
+    env = expr_types(op_id, ins, expr, allow_reduction)
+    return ins[expr.out] if isinstance(expr.out, int) else env[expr.out]
+
+
+def expr_types(op_id: str, ins: tuple[ValueType, ...], expr: Expr, allow_reduction: bool = True) -> dict[str, ValueType]:
+    """The type of every step of ``expr`` applied to ``ins`` (raises GraphError on misuse)."""
+    env: dict[str, ValueType] = {}
+    used = set()
+
+    def type_of(a: Arg) -> ValueType:
+        if isinstance(a, int):
+            if not 0 <= a < len(ins):
+                raise GraphError(f"{op_id}: step refers to input {a} of {len(ins)}")
+            used.add(a)
+            return ins[a]
+        if a not in env:
+            raise GraphError(f"{op_id}: step refers to '{a}' before it is defined")
+        return env[a]
+
+    for i, step in enumerate(expr.steps):
+        opdef = get_op(step.op)
+        if step.version != opdef.version:
+            raise GraphError(f"{op_id}: step '{step.id}' uses {step.op} v{step.version}, this caramba has v{opdef.version}")
+        if step.id in env:
+            raise GraphError(f"{op_id}: duplicate step ID '{step.id}'")
+        last = i == len(expr.steps) - 1 and step.id == expr.out
+        if step.op == "graph.constant":
+            if not _is_scalar_constant(step):
+                raise GraphError(f"{op_id}: only one-element constants are embedded (step '{step.id}')")
+        elif opdef.effect is not Effect.pure:
+            raise GraphError(f"{op_id}: step '{step.id}' ({step.op}) is not pure")
+        elif not ("elementwise" in opdef.traits or step.op in BROADCASTS or (allow_reduction and last and "reduction" in opdef.traits)):
+            raise GraphError(f"{op_id}: {step.op} (step '{step.id}') cannot be part of a fused elementwise program")
+        opdef.check_arity(len(step.args))
+        types = tuple(opdef.infer(tuple(type_of(a) for a in step.args), step.attrs))
+        if len(types) != 1:
+            raise GraphError(f"{op_id}: step '{step.id}' must have one output")
+        env[step.id] = types[0]
+    type_of(expr.out)
+    if len(used) != len(ins):
+        raise GraphError(f"{op_id}: inputs {sorted(set(range(len(ins))) - used)} are never used")
+    return env
+
+
+_EXPR = Attr("expr", "str", doc="the fused sub-expression (canonical JSON, see caramba.ops.fused.Expr)")
+
+
+def _elementwise(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    return (infer_expr("fused.elementwise", ins, decode_expr(a["expr"]), allow_reduction=True),)
+
+
+elementwise = define(
+    "fused.elementwise",
+    _elementwise,
+    (1, None),
+    (_EXPR,),
+    differentiable=False,
+    doc="A chain of elementwise ops (optionally ending in a reduction) computed as one kernel.",
+)
+
+
+def _softmax(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    t = infer_expr("fused.softmax", ins, decode_expr(a["expr"]), allow_reduction=False)
+    require_dtype("fused.softmax", t, FLOATS)
+    if t.rank == 0:
+        raise GraphError("fused.softmax needs a prologue of rank >= 1")
+    norm_axis(a["axis"], t.rank)
+    return (t,)
+
+
+softmax = define(
+    "fused.softmax",
+    _softmax,
+    (1, None),
+    (_EXPR, Attr("axis", "int", -1)),
+    differentiable=False,
+    doc="softmax(prologue(inputs)) along axis, the elementwise prologue computed in the same pass.",
+)
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "tanh")
+
+
+def _linear(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    d = same_dtype("fused.linear", ins)
+    require_dtype("fused.linear", ins[0], MATMUL_DTYPES)
+    shape = matmul_shape(ins[0].shape, ins[1].shape)
+    if len(ins) == 3 and broadcast_shapes(shape, ins[2].shape) != shape:
+        raise GraphError(f"fused.linear bias {list(ins[2].shape)} must broadcast to the product {list(shape)}")
+    if a["activation"] != "none":
+        require_dtype("fused.linear", ins[0], FLOATS)
+    return (ValueType(shape, d),)
+
+
+linear = define(
+    "fused.linear",
+    _linear,
+    (2, 3),
+    (Attr("activation", "str", "none", choices=ACTIVATIONS, doc="gelu is exact (erf); gelu_tanh the tanh form"),),
+    differentiable=False,
+    doc="activation(x @ w + bias): one matmul into the output buffer plus a fused epilogue.",
+)
+
+
+def _layer_norm_residual(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    x, r = ins[0], ins[1]
+    same_dtype("fused.layer_norm_residual", ins)
+    require_dtype("fused.layer_norm_residual", x, FLOATS)
+    if x.shape != r.shape:
+        raise GraphError(f"fused.layer_norm_residual needs x and residual of one shape, got {x} and {r}")
+    if x.rank == 0:
+        raise GraphError("fused.layer_norm_residual needs inputs of rank >= 1")
+    axis = norm_axis(a["axis"], x.rank)
+    for t in ins[2:]:
+        if t.shape != x.shape[axis:]:
+            raise GraphError(f"fused.layer_norm_residual gamma/beta must have shape {list(x.shape[axis:])}, got {list(t.shape)}")
+    return (x, x) if a["with_sum"] else (x,)
+
+
+layer_norm_residual = define(
+    "fused.layer_norm_residual",
+    _layer_norm_residual,
+    (2, 4),
+    (Attr("axis", "int", -1), Attr("eps", "float", 1e-5), Attr("with_sum", "bool", False, doc="also output x + r")),
+    differentiable=False,
+    doc="layer_norm(x + r, gamma, beta) in one pass; with_sum adds the output x + r.",
+)
+
+
+def expr_attr(expr: Expr) -> dict[str, Any]:
+    """``{"expr": text}`` for building a fused node."""
+    return {"expr": expr.encode()}
+
+
+# ---- fusion patterns: what a backend declares in Capabilities.fusions as (pattern, dtype) ----
+# A backend declares a pattern for every dtype it computes that fused form in, with no
+# change of dtype or precision. The fuse pass fuses only what is declared.
+
+LAYER_NORM_RESIDUAL = "fused.layer_norm_residual"
+SOFTMAX = "fused.softmax"  # softmax with an elementwise prologue (whose ops need their own patterns)
+
+
+def elementwise_pattern(op_id: str) -> str:
+    """``op_id`` may be a step of a fused elementwise program (a reduction: its final step)."""
+    return f"fused.elementwise:{op_id}"
+
+
+def linear_pattern(activation: str) -> str:
+    """matmul + bias (+ activation) as ``fused.linear`` with that ``activation``."""
+    if activation not in ACTIVATIONS:
+        raise GraphError(f"unknown fused.linear activation '{activation}'; valid: {', '.join(ACTIVATIONS)}")
+    return f"fused.linear:{activation}"
