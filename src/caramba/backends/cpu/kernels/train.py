@@ -18,6 +18,7 @@ from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
 
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
+STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
 PARALLEL_MIN = 1 << 15  # elements below which a serial loop beats waking the thread pool
 
 
@@ -260,7 +261,7 @@ def _bias(b, step):
     return 1.0 - b ** int(step)
 
 
-@kernel("train.optimizer.adam", FLOAT)
+@kernel("train.optimizer.adam", STEPPED)
 def _adam(node, ins):
     a = node.attrs
     b1, b2, eps, wd, dec = a["beta1"], a["beta2"], a["eps"], a["weight_decay"], a["decoupled"]
@@ -273,7 +274,7 @@ def _adam(node, ins):
     return adam
 
 
-@kernel("train.optimizer.adamax", FLOAT)
+@kernel("train.optimizer.adamax", STEPPED)
 def _adamax(node, ins):
     a = node.attrs
     b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
@@ -316,7 +317,7 @@ def _norm(x):
     return math.sqrt(float(np.dot(flat, flat)))
 
 
-@kernel("train.optimizer.lamb", FLOAT)
+@kernel("train.optimizer.lamb", STEPPED)
 def _lamb(node, ins):
     a = node.attrs
     b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
