@@ -43,6 +43,9 @@ class StateStore(MutableMapping[str, Tensor]):
     def __delitem__(self, name: str) -> None:
         del self._values[name]
 
+    def __contains__(self, name: object) -> bool:  # Mapping's default would raise StateError
+        return name in self._values
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
