@@ -141,6 +141,7 @@ class LocalActorSystem(ActorSystem):
 
     def __init__(self, transport: str = "local", *, resources: dict[str, float] | None = None) -> None:
         self._cells: dict[str, Cell] = {}
+        self._parents: dict[str, str | None] = {}  # child -> the actor that spawned it (fate sharing)
         self._dead: dict[str, str] = {}
         self._queue: list[tuple[str, str, bytes, _Pending | None]] = []
         self._busy: list[str] = []  # actors in a handler, innermost last
@@ -157,12 +158,14 @@ class LocalActorSystem(ActorSystem):
             kwargs = check_kwargs(name, kwargs or {})
             cell = Cell(cls, name, kwargs, supervision or Supervision(), Context(self, name, self.node))
             self._cells[name] = cell
+            self._parents[name] = self._busy[-1] if self._busy else None
             self._dead.pop(name, None)
             self._busy.append(name)
             try:
                 cell.start()
             except Exception as exc:
                 del self._cells[name]
+                self._parents.pop(name, None)
                 reply = error_reply(exc, name, None)
                 raise_reply(("err", reply[1], f"actor '{name}' failed to start: {reply[2]}", reply[3], name))
             finally:
@@ -202,26 +205,38 @@ class LocalActorSystem(ActorSystem):
     def names(self) -> list[str]:
         return sorted(n for n, c in self._cells.items() if c.dead is None)
 
+    def _children(self, name: str) -> list[str]:
+        return [c for c, p in self._parents.items() if p == name and c in self._cells]
+
     def stop(self, name: str) -> None:
+        """Stop ``name`` and, first, the actors it spawned (as Ray does with owned actors)."""
         with self._lock:
-            cell = self._cells.pop(name, None)
-            if cell is None:
+            if name not in self._cells:
                 raise ActorNotFound(f"no actor named '{name}'", actor=name)
+            for child in self._children(name):
+                self.stop(child)
+            cell = self._cells.pop(name)
+            self._parents.pop(name, None)
             cell.stop()
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str, cause: str = "killed") -> None:
+        """Kill ``name`` and the actors it spawned: they share its fate, as on Ray."""
         with self._lock:
-            cell = self._cells.pop(name, None)
-            if cell is None:
+            if name not in self._cells:
                 raise ActorNotFound(f"no actor named '{name}'", actor=name)
-            self._dead[name] = "killed"
+            for child in self._children(name):
+                self.kill(child, f"its parent '{name}' was killed")
+            self._cells.pop(name)
+            self._parents.pop(name, None)
+            self._dead[name] = cause
             self._queue = [e for e in self._queue if e[0] != name or e[3] is not None]
 
     def shutdown(self) -> None:
         with self._lock:
             for name in reversed(list(self._cells)):
-                cell = self._cells.pop(name)
-                cell.stop()
+                cell = self._cells.pop(name, None)
+                if cell is not None:
+                    cell.stop()
             self._queue.clear()
 
     # ---- delivery -----------------------------------------------------------------------------------
