@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "caramba.cli.manifest",
     "caramba.cli.asset",
     "caramba.cli.config",
+    "caramba.cli.compile",
 )
 
 for _name in COMMAND_MODULES:
