@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "caramba.cli.asset",
     "caramba.cli.config",
     "caramba.cli.compile",
+    "caramba.cli.research",
 )
 
 for _name in COMMAND_MODULES:
