@@ -1,0 +1,43 @@
+"""The example manifests: all validate; the Quickstart one meets its accuracy bar; gpt2-small's shape."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from caramba.manifest.compile import check
+from caramba.manifest.experiment import inspect_run, run_experiment
+from caramba.store import RunStore
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+README = Path(__file__).resolve().parents[3] / "README.md"
+HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yml")), ids=lambda p: p.name)
+def test_every_example_manifest_validates(path):
+    if "digits" in path.name and not HAVE_SKLEARN:
+        pytest.skip("scikit-learn is not installed (pip install 'caramba[data]')")
+    _, low = check(path)
+    assert low.params
+
+
+def test_gpt2_small_is_124m_parameters_in_12_layers():
+    _, low = check(EXAMPLES / "gpt2_small.yml")
+    assert low.param_count() == 124_439_808  # GPT-2 small, token and LM-head embeddings tied (counted once)
+    assert len({n.split(".")[1] for n in low.params if n.split(".")[1].startswith("h_")}) == 12
+    assert low.graph.type_of(low.graph.outputs["logits"]).shape == (1, 1024, 50257)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_SKLEARN, reason="scikit-learn is not installed (pip install 'caramba[data]')")
+def test_quickstart_manifest_reaches_95_percent_on_held_out_digits(tmp_path):
+    assert "caramba research run examples/digits_mlp.yml" in README.read_text()
+    store = RunStore(tmp_path)
+    res = run_experiment(EXAMPLES / "digits_mlp.yml", store=store)
+    assert res.ok, [r.error for r in res.runs]
+    (run,) = res.runs
+    assert run.summary["test.accuracy"] >= 0.95, run.summary
+    info = inspect_run(run.run_id, store)
+    assert info["final"]["test"]["accuracy"] == run.summary["test.accuracy"]
+    assert info["plot"] is not None and info["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
