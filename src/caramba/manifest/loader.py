@@ -326,10 +326,20 @@ class _Splice(list):
 
 
 class _Expander:
-    def __init__(self, ctx: _Ctx) -> None:
+    def __init__(self, ctx: _Ctx, path: tuple = ()) -> None:
         self.ctx = ctx
+        self.path: list[Any] = list(path)  # where in the expanded document we are (for errors)
 
     def expand(self, y: Y, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
+        try:
+            return self._expand(y, scope, notes)
+        except ManifestError as exc:
+            if exc.path is None and self.path:
+                exc.path = format_path(self.path)
+                exc.args = (exc._render(),)
+            raise
+
+    def _expand(self, y: Y, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
         self.ctx.count(y.loc)
         loc = y.loc.noted(notes)
         if y.kind == "scalar":
@@ -341,7 +351,11 @@ class _Expander:
         if y.kind == "seq":
             items: list[Y] = []
             for item in y.value:
-                r = self.expand(item, scope, notes)
+                self.path.append(len(items))
+                try:
+                    r = self.expand(item, scope, notes)
+                finally:
+                    self.path.pop()
                 if isinstance(r, _Splice):
                     items.extend(r)
                 else:
@@ -357,7 +371,11 @@ class _Expander:
             key = self.expand(k, scope, notes)
             if key.kind != "scalar" or not isinstance(key.value, str):  # type: ignore[union-attr]
                 raise ManifestError("a mapping key must expand to a string", loc=k.loc.noted(notes))
-            val = self.expand(v, scope, notes)
+            self.path.append(key.value)  # type: ignore[union-attr]
+            try:
+                val = self.expand(v, scope, notes)
+            finally:
+                self.path.pop()
             if isinstance(val, _Splice):
                 val = Y("seq", list(val), v.loc.noted(notes))
             pairs.append((key, val))
@@ -487,10 +505,12 @@ class _Expander:
         if var.resolving:
             raise ManifestError(f"variable '{name}' refers to itself", loc=loc)
         var.resolving = True
+        saved, self.path = self.path, ["variables", name]
         try:
             r = self.expand(var.node, var.scope, ())  # type: ignore[arg-type]
         finally:
             var.resolving = False
+            self.path = saved
         var.value = Y("seq", list(r), var.node.loc) if isinstance(r, _Splice) else r
         var.done = True
         return var.value
@@ -523,18 +543,27 @@ class _Expander:
         label = y.get("id")
         name = f" '{self.scalar(label, scope, notes)}'" if label is not None else ""
         template = y.get("template")
+        parts = template.value if template.kind == "seq" else [template]  # type: ignore[union-attr]
+        in_list = bool(self.path) and isinstance(self.path[-1], int)
+        start = self.path[-1] if in_list else 0
         out = _Splice()
         for i in range(count):
             inner = _Scope(scope)
             for key, val in ((index, i), (f"next_{index}", i + 1), (f"offset_{index}", offset + i), (f"next_offset_{index}", offset + i + 1)):
                 inner.bind_value(key, val, loc)
-            r = self.expand(template, inner, (f"in repeat{name} at {_bare(loc)} with {index}={i}", *notes))  # type: ignore[arg-type]
-            if isinstance(r, _Splice):
-                out.extend(r)
-            elif r.kind == "seq":
-                out.extend(r.value)
-            else:
-                out.append(r)
+            iteration = (f"in repeat{name} at {_bare(loc)} with {index}={i}", *notes)
+            for part in parts:
+                if in_list:
+                    self.path[-1] = start + len(out)  # the index this copy gets in the enclosing list
+                r = self.expand(part, inner, iteration)
+                if isinstance(r, _Splice):
+                    out.extend(r)
+                elif r.kind == "seq" and template.kind != "seq":  # type: ignore[union-attr]
+                    out.extend(r.value)  # e.g. a template that is an !include of a list
+                else:
+                    out.append(r)
+        if in_list:
+            self.path[-1] = start
         return out
 
     def scalar(self, y: Y, scope: _Scope, notes: tuple[str, ...]) -> Any:

@@ -194,15 +194,20 @@ class _BlockDoc(Strict):
 
 
 class _Lowering:
-    def __init__(self, reg: Registry, name: str, dtype: DType, training: bool) -> None:
+    def __init__(self, reg: Registry, graph: Graph, dtype: DType, training: bool) -> None:
         self.registry = reg
-        self.graph = Graph(name)
+        self.graph = graph
         self.dtype = dtype
         self.training = training
         self.params: dict[str, ParamSpec] = {}
         self.block_stack: list[str] = []
 
     def step_input(self) -> Value:
+        from caramba.train.layers import STEP_KEY
+
+        key = STEP_KEY.get()  # set while a TrainStep builds its graph: the update counter
+        if key is not None and key.graph is self.graph:
+            return key
         if not self.graph.has_node("step"):
             return self.graph.input("step", (), DType.int64)
         return Value(self.graph, Ref("step"))
@@ -378,21 +383,14 @@ def lower_topology(
     ``training`` selects training behaviour of layers such as dropout.
     """
     t0 = time.perf_counter()
-    reg = reg or registry()
-    try:
-        dtype = as_dtype(topology.dtype)
-    except CarambaError as exc:
-        raise doc.error((*base, "dtype"), exc.message) from None
-    low = _Lowering(reg, name, dtype, training)
+    graph = Graph(name)
     inputs = resolve_dims(topology, doc, dims, base)
-    published: dict[str, Value] = {}
-    producers: dict[str, str] = {}
+    values: dict[str, Value] = {}
     for k, vt in inputs.items():
-        node = low.graph.apply("graph.input", (), {"shape": vt.shape, "dtype": vt.dtype}, id=k,
-                               origin=doc.origin((*base, "inputs", k)))
-        published[k] = Value(low.graph, node.outputs[0])
-        producers[k] = "a topology input"
-    low.lower_nodes(topology.nodes, published, "", doc, (*base, "nodes"), producers)
+        node = graph.apply("graph.input", (), {"shape": vt.shape, "dtype": vt.dtype}, id=k,
+                           origin=doc.origin((*base, "inputs", k)))
+        values[k] = Value(graph, node.outputs[0])
+    published, params = lower_into(graph, topology, doc, values, training=training, base=base, reg=reg)
     wanted: dict[str, str]
     if outputs is not None:
         wanted = {o: topology.outputs.get(o, o) for o in outputs}
@@ -407,8 +405,27 @@ def lower_topology(
             path = (*base, "outputs", out_name) if out_name in topology.outputs else (*base, "outputs")
             raise doc.error(path, f"output '{out_name}' names '{src}', which no node produces; "
                             f"{did_you_mean(src, published)}")
-        low.graph.output(out_name, v)
-    return Lowered(low.graph, low.params, inputs, {k: v.ref for k, v in published.items()}, time.perf_counter() - t0)
+        graph.output(out_name, v)
+    return Lowered(graph, params, inputs, {k: v.ref for k, v in published.items()}, time.perf_counter() - t0)
+
+
+def lower_into(graph: Graph, topology: Topology, doc: Document, inputs: Mapping[str, Value], *,
+               training: bool = False, base: tuple = ("topology",), reg: Registry | None = None,
+               ) -> tuple[dict[str, Value], dict[str, ParamSpec]]:
+    """Build ``topology``'s nodes into ``graph`` (e.g. a train step being built) on ``inputs``;
+    returns every published value and the parameters the layers declared."""
+    try:
+        dtype = as_dtype(topology.dtype)
+    except CarambaError as exc:
+        raise doc.error((*base, "dtype"), exc.message) from None
+    low = _Lowering(reg or registry(), graph, dtype, training)
+    missing = [k for k in topology.inputs if k not in inputs]
+    if missing:
+        raise doc.error((*base, "inputs"), f"no value given for topology input(s) {missing}")
+    published: dict[str, Value] = {k: inputs[k] for k in topology.inputs}
+    producers = {k: "a topology input" for k in published}
+    low.lower_nodes(topology.nodes, published, "", doc, (*base, "nodes"), producers)
+    return published, low.params
 
 
 
@@ -433,7 +450,7 @@ def lower_example(asset: Asset, reg: Registry | None = None) -> Lowered:
 
 
 __all__ = [
-    "LAYERS", "LayerContext", "Lowered", "ParamSpec", "expand_block", "layer", "lower_example", "lower_topology",
+    "LAYERS", "LayerContext", "Lowered", "ParamSpec", "expand_block", "layer", "lower_example", "lower_into", "lower_topology",
     "resolve_dims",
 ]
 

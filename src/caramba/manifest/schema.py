@@ -198,13 +198,12 @@ class OptimizerSpec(Strict):
 
 
 class Schedule(Strict):
-    """Learning rate schedule: multiplies ``trainer.lr`` at each step."""
+    """Learning rate schedule: a linear warmup over ``warmup_steps``, then ``trainer.lr``
+    (constant) or a cosine decay to ``min_lr`` at the last step (cosine)."""
 
-    kind: Literal["constant", "linear", "cosine", "step"] = "constant"
+    kind: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     min_lr: float = Field(0.0, ge=0)
-    step_size: int = Field(1000, ge=1, description="steps between decays (kind: step)")
-    gamma: float = Field(0.1, gt=0, description="decay factor (kind: step)")
 
     @model_validator(mode="before")
     @classmethod
@@ -225,7 +224,6 @@ class Trainer(Strict):
     eval_batch_size: int | None = Field(default=None, ge=1)
     eval_batches: int | None = Field(default=None, ge=1, description="cap on eval batches per split")
     log_every: int = Field(10, ge=1)
-    init: dict[str, Any] = Field(default_factory=dict, description="parameter name -> initializer override")
 
     @field_validator("optimizer", mode="before")
     @classmethod

@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL,
     split TEXT NOT NULL,
     name TEXT NOT NULL,
-    value REAL NOT NULL,
+    value REAL,
     time REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS metrics_run ON metrics(run_id, name, step);
@@ -242,7 +242,9 @@ class RunStore:
             q += " AND split = ?"
             args.append(split)
         with self._db() as db:
-            return [tuple(r) for r in db.execute(q + " ORDER BY step, rowid", args).fetchall()]  # type: ignore[misc]
+            rows = db.execute(q + " ORDER BY step, rowid", args).fetchall()
+        # SQLite stores NaN as NULL: a diverged loss reads back as nan.
+        return [(r[0], r[1], r[2], float("nan") if r[3] is None else r[3]) for r in rows]
 
     def series(self, run_id: str, name: str, split: str) -> tuple[list[int], list[float]]:
         rows = self.metrics(run_id, name, split)

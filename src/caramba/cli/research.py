@@ -1,0 +1,257 @@
+"""``caramba research run|status|inspect``: run manifest experiments and look at their runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+SET_HELP = "override a manifest value: PATH=VALUE (e.g. trainer.steps=50); repeatable"
+CONFIG_HELP = "config file (default: ./caramba.yml, then ~/.caramba/config.yml)"
+STORE_HELP = "run store folder (default: the `store` setting)"
+
+
+def _store(config: str | None, store: str | None) -> Any:
+    from caramba.config import load_settings
+    from caramba.store.runs import RunStore
+
+    s = load_settings(config, overrides={"store": store})
+    return RunStore(s.store)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+class _Bar:
+    """A rich progress bar per run: step, loss, samples/s; evaluations are printed above it."""
+
+    def __init__(self, console: Any, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console, self.quiet = console, quiet
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[sps]} samples/s"),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            console=console, transient=False, disable=quiet,
+        )
+        self.task = None
+        self.label = ""
+
+    def start(self, plan: Any, run_id: str, total: int) -> None:
+        from rich.markup import escape
+
+        self.label = plan.label
+        if not self.quiet:
+            self.console.print(f"[cyan]run[/] {escape(run_id)}  {escape(plan.label)}  backend {escape(plan.backend)}"
+                               f"  seed {plan.run.seed}  {total} steps")
+        if not self.progress.live.is_started:
+            self.progress.start()
+        self.task = self.progress.add_task(plan.label, total=max(total, 1), loss="-", sps="-", completed=0)
+
+    def step(self, step: int, total: int, values: Any, sps: float) -> None:
+        if self.task is not None and (step % 5 == 0 or step == total):
+            self.progress.update(self.task, completed=step, loss=f"{values.get('loss_ema', values['loss']):.4f}",
+                                 sps=f"{sps:,.0f}")
+
+    def evaluate(self, step: int, split: str, values: Any) -> None:
+        if not self.quiet:
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in values.items())
+            self.progress.console.print(f"  step {step:>6}  {split:<5} {shown}")
+
+    def end(self, result: Any) -> None:
+        from rich.markup import escape
+
+        if self.task is not None:
+            if result.status == "finished":
+                self.progress.update(self.task, completed=self.progress.tasks[-1].total)
+            self.progress.stop_task(self.task)
+        if result.status != "finished":
+            self.progress.console.print(f"[red]run {escape(result.run_id)} failed:[/] {escape(result.error)}")
+
+    def message(self, text: str) -> None:
+        if not self.quiet:
+            from rich.markup import escape
+
+            self.progress.console.print(f"  {escape(text)}")
+
+    def close(self) -> None:
+        if self.progress.live.is_started:
+            self.progress.stop()
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Run manifest experiments and inspect their runs.", no_args_is_help=True)
+    app.add_typer(group, name="research")
+
+    @group.command("run")
+    def run(
+        manifest: Path = typer.Argument(..., help="experiment manifest"),
+        backend: str = typer.Option(None, "--backend", "-b", help="run every target on this backend (e.g. cpu:threads=2)"),
+        target: str = typer.Option(None, "--target", "-t", help="run only this target"),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    ) -> None:
+        """Run every target x run (x tuner arm) of MANIFEST with a live progress bar, record runs,
+        metrics and artifacts in the store, and print the comparison table."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        from caramba.config import load_settings
+        from caramba.manifest.experiment import Progress, run_experiment
+
+        console = Console(highlight=False)
+        settings = load_settings(config, overrides={"store": store, "backend": backend})
+        runs = _store(config, store)
+        bar = _Bar(console, quiet)
+
+        class CliProgress(Progress):
+            start, step, evaluate, end, message = bar.start, bar.step, bar.evaluate, bar.end, bar.message
+
+        try:
+            result = run_experiment(manifest, set_, backend=backend or None, target=target, store=runs,
+                                    progress=CliProgress())
+        finally:
+            bar.close()
+        cols = [c for c in result.columns() if not c.startswith("baseline.") and c not in ("params", "compile_seconds",
+                                                                                            "train_seconds", "steps")]
+        table = Table(title=f"{result.experiment}" + (f": ranked by {result.metric} ({result.mode})" if result.metric else ""))
+        for col in ("run", "status", *cols):
+            table.add_column(col, overflow="fold")
+        for r in result.ranked():
+            status = "[green]finished[/]" if r.status == "finished" else f"[red]{r.status}[/]"
+            table.add_row(escape(r.label), status, *(_fmt(r.summary.get(c)) for c in cols))
+        console.print(table)
+        for r in result.ranked():
+            console.print(f"  {escape(r.label)}: {escape(r.run_id)}")
+        base = next((v for r in result.runs for k, v in r.summary.items() if k.startswith("baseline.")), None)
+        if base is not None:
+            console.print(f"unigram baseline loss {base:.4f}")
+        console.print(f"store {escape(str(runs.root))}; inspect with: caramba research inspect {escape(result.runs[-1].run_id)}")
+        del settings
+        if not result.ok:
+            raise typer.Exit(1)
+
+    @group.command("status")
+    def status(
+        run_id: str = typer.Argument(None, help="a run ID (or prefix, or latest); omit to list recent runs"),
+        limit: int = typer.Option(20, "--limit", "-n", help="how many runs to list"),
+        experiment: str = typer.Option(None, "--experiment", "-e", help="only runs of this experiment"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """List recent runs, or show one run's status and latest metrics."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        console = Console(highlight=False)
+        runs = _store(config, store)
+        if run_id is None:
+            recs = runs.list(limit, experiment)
+            table = Table(title=f"runs in {runs.root}")
+            for col in ("id", "experiment", "run", "status", "step", "val/test", "duration"):
+                table.add_column(col, overflow="fold")
+            for r in recs:
+                key = next((f"{k} {_fmt(r.summary[k])}" for k in ("test.accuracy", "val.accuracy", "val.loss", "test.loss")
+                            if k in r.summary), "-")
+                label = "/".join(p for p in (r.arm, r.target, r.run_name) if p)
+                table.add_row(escape(r.id), escape(r.experiment), escape(label), r.status, f"{r.step}/{r.steps}",
+                              escape(key), _duration(r.seconds))
+            console.print(table)
+            if not recs:
+                console.print("no runs yet: caramba research run MANIFEST")
+            return
+        r = runs.get(run_id)
+        console.print(f"[bold]{escape(r.id)}[/]  {escape(r.experiment)}  {r.status}  step {r.step}/{r.steps}  "
+                      f"{_duration(r.seconds)}  backend {escape(r.backend)}  seed {r.seed}")
+        if r.error:
+            console.print(f"[red]{escape(r.error)}[/]")
+        latest: dict[tuple[str, str], tuple[int, float]] = {}
+        for step, split, name, value in runs.metrics(r.id):
+            latest[(split, name)] = (step, value)
+        table = Table(title="latest metrics")
+        for col in ("split", "metric", "step", "value"):
+            table.add_column(col)
+        for (split, name), (step, value) in sorted(latest.items()):
+            table.add_row(split, escape(name), str(step), _fmt(value))
+        console.print(table)
+
+    @group.command("inspect")
+    def inspect(
+        run_id: str = typer.Argument(..., help="a run ID (or prefix, or latest)"),
+        png: Path = typer.Option(None, "--png", help="also copy the loss curve PNG here"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Resolved config, metrics table, IR summary and the loss curve (saved as PNG) of one run."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.syntax import Syntax
+        from rich.table import Table
+
+        from caramba.manifest.experiment import inspect_run, ir_summary
+
+        console = Console(highlight=False)
+        runs = _store(config, store)
+        info = inspect_run(run_id, runs)
+        r = info["record"]
+        label = "/".join(p for p in (r.arm, r.target, r.run_name) if p)
+        console.rule(f"[bold]{escape(r.id)}")
+        console.print(f"experiment {escape(r.experiment)}  run {escape(label)}  status {r.status}  backend "
+                      f"{escape(r.backend)}  seed {r.seed}  steps {r.step}/{r.steps}  {_duration(r.seconds)}")
+        if r.error:
+            console.print(f"[red]{escape(r.error)}[/]")
+        console.rule("resolved manifest")
+        manifest = r.dir / "manifest.yml"
+        if manifest.exists():
+            console.print(Syntax(manifest.read_text(), "yaml", theme="ansi_dark", background_color="default"))
+        if r.config.get("overrides"):
+            console.print("overrides: " + escape(", ".join(r.config["overrides"])))
+        console.rule("metrics")
+        table = Table()
+        table.add_column("metric")
+        splits = [s for s in ("train", "val", "test") if s in info["final"]]
+        for s in splits:
+            table.add_column(s)
+        names = sorted({n for s in splits for n in info["final"][s]})
+        for n in names:
+            table.add_row(escape(n), *(_fmt(info["final"][s].get(n)) for s in splits))
+        console.print(table)
+        extra = {k: v for k, v in r.summary.items() if not k.startswith(("train.", "val.", "test."))}
+        if extra:
+            console.print("  ".join(f"{escape(k)} {_fmt(v)}" for k, v in extra.items() if k != "graph_params"))
+        console.rule("IR")
+        try:
+            console.print(escape(ir_summary(r)))
+        except Exception as exc:  # the manifest may no longer lower (assets changed); say so, keep going
+            console.print(f"[yellow]IR summary unavailable: {escape(str(exc))}[/]")
+        console.rule("artifacts")
+        for a in info["artifacts"]:
+            console.print(f"{a.kind:<10} {escape(str(a.path))}  {a.size:,} B  sha256 {a.sha256[:12]}")
+        if info["plot"] is not None:
+            if png is not None:
+                png.write_bytes(info["plot"].read_bytes())
+            console.print(f"loss curve: {escape(str(png or info['plot']))}")
