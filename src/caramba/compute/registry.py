@@ -51,6 +51,7 @@ class Option:
 # adding a line here and a package under caramba/backends/.
 BACKENDS: dict[str, str] = {
     "cpu": "caramba.backends.cpu",
+    "webgpu": "caramba.backends.webgpu",
 }
 
 
