@@ -93,6 +93,7 @@ def create_app(
     ``settings.store``; an empty token means state-changing calls are refused."""
     from caramba import __version__
     from caramba.api.routes import ROUTERS
+    from caramba.api.runs import RunService
 
     settings = settings or load_settings()
     state = ServerState(
@@ -116,6 +117,7 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
+    state.runs = RunService(state.store_root, settings, workers=workers)
     app.state.caramba = state
     app.add_exception_handler(CarambaError, caramba_error_handler)
     app.add_exception_handler(RequestValidationError, request_error_handler)

@@ -126,3 +126,71 @@ class CompileOut(BaseModel):
     report: str
     before: GraphOut
     after: GraphOut
+
+
+RunStatus = Literal["created", "running", "paused", "finished", "failed", "cancelled"]
+
+
+class RunOut(BaseModel):
+    """A run: where it stands (``step`` of ``steps``), what it ran on, and its summary metrics."""
+
+    id: str
+    experiment: str
+    status: RunStatus
+    target: str = ""
+    name: str = ""
+    group_id: str = ""
+    arm: str = ""
+    seed: int = 0
+    backend: str = ""
+    created: float
+    started: float | None = None
+    finished: float | None = None
+    step: int = 0
+    steps: int = 0
+    summary: dict[str, Any] = {}
+    error: str | None = None
+    manifest_sha256: str | None = None
+    live: bool = Field(False, description="executing in this server (so it can be paused, resumed or cancelled)")
+
+
+class ExperimentOut(BaseModel):
+    name: str
+    runs: int
+    statuses: dict[str, int]
+    updated: float
+    latest_run: str
+
+
+class MetricPoint(BaseModel):
+    step: int
+    split: str
+    name: str
+    value: float | None = Field(description="null when not finite (see repr)")
+    repr: str | None = None
+
+
+class MetricsOut(BaseModel):
+    points: list[MetricPoint]
+    cursor: str = Field(description="pass as ?cursor= (or Last-Event-ID on the stream) to get only newer points")
+
+
+class ArtifactOut(BaseModel):
+    name: str
+    kind: str
+    sha256: str
+    size: int
+    url: str
+
+
+class SubmitIn(ManifestIn):
+    """A manifest to run. ``targets`` picks targets by name (default: all); ``runs`` picks run
+    IDs within them (default: all)."""
+
+    targets: list[str] = Field(default_factory=list, max_length=64)
+    runs: list[str] = Field(default_factory=list, max_length=256)
+
+
+class SubmitOut(BaseModel):
+    experiment: str
+    runs: list[RunOut]

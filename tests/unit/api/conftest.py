@@ -41,3 +41,27 @@ def anon(app):
 @pytest.fixture
 def token():
     return API_TOKEN
+
+
+@pytest.fixture
+def live_url(app):
+    """``app`` served by uvicorn on a free 127.0.0.1 port (for real streaming and disconnects)."""
+    import socket
+    import threading
+    import time
+
+    uvicorn = pytest.importorskip("uvicorn", reason="the serve extra (uvicorn) is not installed")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()

@@ -1,5 +1,5 @@
 """The API's routers, mounted under ``/api/v1`` in this order."""
 
-from caramba.api.routes import assets, manifests, system
+from caramba.api.routes import assets, manifests, runs, system
 
-ROUTERS = [system.router, manifests.router, assets.router]
+ROUTERS = [system.router, manifests.router, runs.router, assets.router]

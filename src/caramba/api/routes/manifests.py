@@ -94,16 +94,13 @@ def _graph_of(body: CompileIn, request: Request) -> Any:
     return lower_topology(manifest.topology, doc, dims=dims, name=manifest.name).graph
 
 
-@router.post("/compile", response_model=CompileOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])
-def compile_(body: CompileIn, request: Request) -> CompileOut:
-    """Run the compiler pipeline for a backend and explain it: each pass (changed or not, its
-    diagnostics, node counts, time) and the graph before and after, as text and SVG."""
+def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = True) -> dict[str, Any]:
+    """Run the pipeline for ``backend`` on ``graph``: the stages and the graph before and after."""
     from caramba.compiler import compile_graph
     from caramba.compute import new
 
-    graph = _graph_of(body, request)
-    with new(body.backend) as runner:
-        after, report = compile_graph(graph, runner, disable=body.disable)
+    with new(backend) as runner:
+        after, report = compile_graph(graph, runner, disable=list(disable))
     stages = [
         StageOut(
             name=s.name,
@@ -120,6 +117,17 @@ def compile_(body: CompileIn, request: Request) -> CompileOut:
         backend=report.backend,
         stages=stages,
         report=report.as_text(),
-        before=_graph_out(graph, body.svg),
-        after=_graph_out(after, body.svg),
-    )
+        before=_graph_out(graph, with_svg),
+        after=_graph_out(after, with_svg),
+    ).model_dump()
+
+
+def explain_manifest(request: Request, text: str, name: str, backend: str) -> dict[str, Any]:
+    return explain(_graph_of(CompileIn(manifest=text, name=name, backend=backend), request), backend)
+
+
+@router.post("/compile", response_model=CompileOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])
+def compile_(body: CompileIn, request: Request) -> dict[str, Any]:
+    """Run the compiler pipeline for a backend and explain it: each pass (changed or not, its
+    diagnostics, node counts, time) and the graph before and after, as text and SVG."""
+    return explain(_graph_of(body, request), body.backend, body.disable, body.svg)

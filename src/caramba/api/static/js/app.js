@@ -1,11 +1,11 @@
 // The caramba web UI: a hash router over a few views, all data from /api/v1.
 
 import { ApiError, get, getToken, post, setToken, streamMetrics } from "./api.js";
-import { LineChart } from "./chart.js";
+import { fmt, LineChart } from "./chart.js";
 import { badge, errorList, h, svgNode, table, when } from "./dom.js";
 
 const view = document.getElementById("view");
-const ACTIVE = new Set(["queued", "running", "paused"]);
+const ACTIVE = new Set(["created", "running", "paused"]);
 
 // Everything a view opened (streams, timers) is closed when the route changes.
 let scope = { streams: [], timers: [], alive: true };
@@ -32,15 +32,17 @@ function runLink(r) {
 function progress(r) {
   const steps = r.steps || 0;
   const step = r.step || 0;
-  const pct = steps ? Math.min(100, Math.round((100 * step) / steps)) : (r.status === "succeeded" ? 100 : 0);
+  const pct = steps ? Math.min(100, Math.round((100 * step) / steps)) : (r.status === "finished" ? 100 : 0);
   const bar = h("span", { class: "bar" }, h("i", {}));
   bar.firstChild.style.width = `${pct}%`;
   return h("span", { class: "progress" }, bar, ` ${step}${steps ? `/${steps}` : ""}`);
 }
 
-function lossName(names) {
-  return names.find((n) => n === "train.loss") || names.find((n) => n === "loss")
-    || names.find((n) => /loss/.test(n)) || names[0];
+// The metric to compare runs by: the training loss if there is one.
+function lossKey(points) {
+  const keys = [...new Set(points.map((p) => `${p.split}/${p.name}`))];
+  return keys.find((k) => k === "train/loss") || keys.find((k) => k.endsWith("/loss"))
+    || keys.find((k) => /loss/.test(k)) || keys[0];
 }
 
 // ---- experiments dashboard ---------------------------------------------------------------
@@ -123,11 +125,9 @@ class Compare {
     const entry = { run, stream: null };
     this.runs.set(run.id, entry);
     const accept = (points) => {
-      if (!this.metric) {
-        const names = [...new Set(points.map((p) => p.name))];
-        if (names.length) this.metric = lossName(names);
-      }
-      const mine = points.filter((p) => p.name === this.metric).map((p) => [p.step, p.value]);
+      if (!this.metric && points.length) this.metric = lossKey(points);
+      const mine = points.filter((p) => `${p.split}/${p.name}` === this.metric && p.value !== null)
+        .map((p) => [p.step, p.value]);
       if (mine.length) this.chart.append(run.id, mine);
       else this.chart.ensure(run.id);
     };
@@ -161,7 +161,7 @@ async function experimentsView() {
     runsBox.replaceChildren(h("h2", {}, "Recent runs"), table([
       { title: "run", cell: runLink },
       { title: "experiment", cell: (r) => r.experiment },
-      { title: "target", cell: (r) => r.target || "—" },
+      { title: "target", cell: (r) => [r.target || "—", r.name ? ` / ${r.name}` : ""] },
       { title: "backend", cell: (r) => r.backend || "—" },
       { title: "status", cell: (r) => badge(r.status) },
       { title: "progress", cell: progress },
@@ -266,7 +266,7 @@ async function runView(id) {
         head.append(failure(err));
       }
     };
-    const running = r.status === "running" || r.status === "queued";
+    const running = r.status === "running";
     head.replaceChildren(badge(r.status), " ", progress(r), " ",
       h("button", { type: "button", id: "pause-button", disabled: !running, onclick: act("pause") }, "Pause"),
       h("button", { type: "button", id: "resume-button", disabled: r.status !== "paused", onclick: act("resume") },
@@ -275,7 +275,8 @@ async function runView(id) {
         "Cancel"),
       r.error ? h("pre", { class: "errors" }, r.error) : null);
     const rows = [["experiment", h("a", { href: `#/experiments/${encodeURIComponent(r.experiment)}` }, r.experiment)],
-      ["target", r.target || "—"], ["backend", r.backend || "—"], ["seed", String(r.seed ?? "—")],
+      ["target", r.target || "—"], ["run", r.name || "—"], ["backend", r.backend || "—"], ["seed", String(r.seed ?? "—")],
+      ["summary", Object.entries(r.summary || {}).map(([k, v]) => `${k} ${typeof v === "number" ? fmt(v) : v}`).join(", ") || "—"],
       ["created", when(r.created)], ["started", when(r.started)], ["finished", when(r.finished)]];
     info.replaceChildren(h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])));
   };
@@ -292,12 +293,18 @@ async function runView(id) {
   };
   const s = streamMetrics(id, {
     onPoints: (points) => {
+      // one chart per metric, one line per split (train, val, test)
       const groups = new Map();
       for (const p of points) {
-        if (!groups.has(p.name)) groups.set(p.name, []);
-        groups.get(p.name).push([p.step, p.value]);
+        if (p.value === null) continue;
+        const key = `${p.name}\u0000${p.split}`;
+        if (!groups.has(key)) groups.set(key, []);
+        groups.get(key).push([p.step, p.value]);
       }
-      for (const [name, pts] of groups) chartFor(name).append(name, pts);
+      for (const [key, pts] of groups) {
+        const [name, split] = key.split("\u0000");
+        chartFor(name).append(split, pts);
+      }
     },
     onStatus: (r) => paint(r),
     onEnd: (r) => {

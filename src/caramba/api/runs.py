@@ -1,0 +1,213 @@
+"""Runs as the API sees them: read from the run store, executed in this process.
+
+The run store (``caramba.store.runs``) is the source of truth for runs, metrics and artifacts:
+the API reads it, the metric stream tails it, and a run submitted here writes to it like
+``caramba research run`` does. What only this process knows, that a live run is paused, is
+laid over the stored status.
+
+Metric cursor: the store gives a run's metric rows ordered by step (then by when they were
+written), and rows are only appended at the run's current step or later. A cursor ``(step,
+count)`` says "every row before ``step``, and the first ``count`` rows at ``step``, were
+delivered", so resuming from it neither skips nor repeats a row, even when an evaluation adds
+rows to a step whose training rows were already sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from caramba.api.errors import Conflict, NotFound
+
+TERMINAL = ("finished", "failed", "cancelled")
+ALL_STATUSES = ("created", "running", "paused", "finished", "failed", "cancelled")
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """Every metric row before ``step``, and ``count`` rows at ``step``, have been delivered."""
+
+    step: int = -1
+    count: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.step}:{self.count}"
+
+    @classmethod
+    def parse(cls, text: str | None, after: int | None = None) -> "Cursor":
+        """``Last-Event-ID`` (``step:count``) wins over ``?after=step`` (everything up to and
+        including that step was seen); neither means from the start."""
+        if text:
+            step, sep, count = text.strip().partition(":")
+            try:
+                return cls(int(step), int(count) if sep else 1 << 62)
+            except ValueError:
+                pass  # a malformed ID from a confused client: fall back to ?after
+        if after is not None:
+            return cls(after, 1 << 62)
+        return cls()
+
+
+def rows_after(rows: list[tuple[int, str, str, float]], cursor: Cursor) -> tuple[list[tuple], Cursor]:
+    """The rows past ``cursor`` and the cursor after them. ``rows`` are ``(step, split, name,
+    value)`` in store order (by step, then as written)."""
+    new: list[tuple] = []
+    seen_at_cursor = 0
+    step, count = cursor.step, cursor.count
+    for r in rows:
+        s = r[0]
+        if s < cursor.step:
+            continue
+        if s == cursor.step:
+            seen_at_cursor += 1
+            if seen_at_cursor <= cursor.count:
+                continue
+        new.append(r)
+        if s == step:
+            count += 1
+        else:
+            step, count = s, 1
+    return new, Cursor(step, count)
+
+
+def point(r: tuple) -> dict[str, Any]:
+    return {"step": r[0], "split": r[1], "name": r[2], "value": r[3]}
+
+
+@dataclass
+class Control:
+    """How the API steers a live run: the executing thread checks these between steps."""
+
+    pause: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    resume: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+
+    def checkpoint(self) -> bool:
+        """Called between steps: blocks while paused; True when the run must stop now."""
+        while self.pause.is_set() and not self.cancel.is_set():
+            self.resume.wait(0.2)
+        return self.cancel.is_set()
+
+
+class RunService:
+    """The run store at ``root`` plus the runs this process executes."""
+
+    def __init__(self, root: Path, settings: Any, *, workers: int = 2) -> None:
+        from caramba.store.runs import RunStore
+
+        self.root = Path(root)
+        self.settings = settings
+        self.store = RunStore(self.root)
+        self.workers = workers
+        self.live: dict[str, Control] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+        self._slots = threading.BoundedSemaphore(workers)
+        self._graphs: dict[str, Any] = {}
+
+    # ---- reading ---------------------------------------------------------------------------
+    def record(self, ref: str) -> Any:
+        from caramba.store.runs import RunNotFound
+
+        try:
+            return self.store.get(ref)
+        except RunNotFound as exc:
+            raise NotFound(exc.message, hint=exc.hint) from None
+
+    def status_of(self, rec: Any) -> str:
+        control = self.live.get(rec.id)
+        if control is not None and rec.status == "running" and control.pause.is_set() and not control.cancel.is_set():
+            return "paused"
+        return rec.status
+
+    def view(self, rec: Any) -> dict[str, Any]:
+        """A run as the API returns it."""
+        return {
+            "id": rec.id, "experiment": rec.experiment, "status": self.status_of(rec), "target": rec.target,
+            "name": rec.run_name, "group_id": rec.group_id, "arm": rec.arm, "seed": rec.seed, "backend": rec.backend,
+            "created": rec.created, "started": rec.started, "finished": rec.finished, "step": rec.step,
+            "steps": rec.steps, "summary": rec.summary, "error": rec.error or None,
+            "manifest_sha256": rec.manifest_sha256 or None, "live": rec.id in self.live,
+        }
+
+    def runs(self, *, experiment: str | None = None, status: str | None = None, target: str | None = None,
+             backend: str | None = None) -> list[dict[str, Any]]:
+        out = [self.view(r) for r in self.store.list(limit=1_000_000, experiment=experiment)]
+        for key, want in (("status", status), ("target", target), ("backend", backend)):
+            if want is not None:
+                out = [r for r in out if r[key] == want]
+        return out
+
+    def experiments(self) -> list[dict[str, Any]]:
+        groups: dict[str, dict[str, Any]] = {}
+        for r in self.runs():  # newest first
+            g = groups.get(r["experiment"])
+            if g is None:
+                g = groups[r["experiment"]] = {"name": r["experiment"], "runs": 0, "statuses": {},
+                                               "updated": r["created"], "latest_run": r["id"]}
+            g["runs"] += 1
+            g["statuses"][r["status"]] = g["statuses"].get(r["status"], 0) + 1
+        return list(groups.values())
+
+    def metrics(self, run_id: str, cursor: Cursor = Cursor()) -> tuple[list[dict[str, Any]], Cursor]:
+        rows, nxt = rows_after(self.store.metrics(run_id), cursor)
+        return [point(r) for r in rows], nxt
+
+    def artifacts(self, run_id: str) -> list[Any]:
+        return self.store.artifacts(run_id)
+
+    def artifact(self, run_id: str, name: str) -> Any:
+        for a in self.store.artifacts(run_id):
+            if a.name == name:
+                if not a.path.is_file():
+                    raise NotFound(f"artifact '{name}' of run {run_id} is recorded but its file is gone")
+                return a
+        raise NotFound(f"run {run_id} has no artifact '{name}'",
+                       hint="GET /api/v1/runs/{id}/artifacts lists them")
+
+    def graph_report(self, run_id: str, build: Callable[[], Any]) -> Any:
+        """The compile report of a run's manifest, built once per run."""
+        if run_id not in self._graphs:
+            self._graphs[run_id] = build()
+        return self._graphs[run_id]
+
+    # ---- steering --------------------------------------------------------------------------
+    def control(self, run_id: str, verb: str) -> dict[str, Any]:
+        rec = self.record(run_id)
+        control = self.live.get(rec.id)
+        status = self.status_of(rec)
+        if control is None or rec.status in TERMINAL:
+            if verb == "cancel" and rec.status in TERMINAL:
+                return self.view(rec)  # cancelling a finished run changes nothing, like the actors do
+            raise Conflict(f"run {rec.id} is {status} and not executing in this server; only a live run can {verb}")
+        if verb == "pause":
+            control.resume.clear()
+            control.pause.set()
+        elif verb == "resume":
+            if status != "paused":
+                raise Conflict(f"run {rec.id} is {status}; only a paused run resumes")
+            control.pause.clear()
+            control.resume.set()
+        elif verb == "cancel":
+            control.reason = "cancelled through the API"
+            control.cancel.set()
+            control.resume.set()
+        return self.view(self.store.get(rec.id))
+
+    def close(self) -> None:
+        """Cancel live runs and stop streams; wait briefly for the threads to record it."""
+        self.closing.set()
+        with self.lock:
+            controls = list(self.live.values())
+            threads = list(self.threads.values())
+        for c in controls:
+            c.reason = "the server shut down"
+            c.cancel.set()
+            c.resume.set()
+        for t in threads:
+            t.join(timeout=10)
