@@ -1,8 +1,7 @@
 """caramba.ops: every op, by family. ``from caramba import ops; ops.gelu(x)``."""
 
-from caramba.ops import activation, attention, graph, linalg, math, nn, random, reduce, shape, state
-from caramba.ops import fused  # the forms the compiler's fuse pass produces
-from caramba.ops import train  # losses, metrics, optimizer updates, checkpoints
+# fused: the forms the compiler's fuse pass produces; train: losses, metrics, optimizer updates
+from caramba.ops import activation, attention, fused, graph, linalg, math, nn, random, reduce, shape, state, train
 from caramba.ops.activation import elu, gelu, leaky_relu, relu, selu, sigmoid, silu, softplus, swiglu
 from caramba.ops.attention import rope, sdpa
 from caramba.ops.linalg import matmul, outer
