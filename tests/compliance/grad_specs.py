@@ -125,6 +125,7 @@ CASES: list[GradCase] = [
     *unary("activation.leaky_relu", AWAY, alpha=0.1),
     *unary("activation.gelu", approximate="none"),
     c("activation.gelu", "tanh", a((2, 5)), approximate="tanh"),
+    c("activation.gelu", "zero-and-tails", a((6,), values([0.0, -6.0, -12.0, 3.0, 1e-3, -1e-3]))),
     *unary("activation.silu"),
     *unary("activation.sigmoid"),
     *unary("activation.selu", AWAY),

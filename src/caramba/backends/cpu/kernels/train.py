@@ -1,8 +1,9 @@
 """cpu kernels for train.*: losses, metrics, optimizer updates (one fused pass each) and the
 checkpoint writer.
 
-Optimizer updates run as one Numba loop over the parameter (both cores for large ones) when
-Numba is installed, else as NumPy expressions. Both evaluate the same IEEE operations in the
+Optimizer updates run as one Numba loop over the parameter when Numba is installed (one pass
+over memory instead of a dozen; single-threaded, so it never competes with BLAS threads), else
+as NumPy expressions. Both evaluate the same IEEE operations in the
 same order (no contraction to FMA), so they give bit-identical results.
 """
 
@@ -13,13 +14,12 @@ import math
 import numpy as np
 
 from caramba.backends.cpu.kernels import FLOAT, kernel
-from caramba.backends.cpu.kernels.reduce import logsumexp
 from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
 
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
 STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
-PARALLEL_MIN = 1 << 15  # elements below which a serial loop beats waking the thread pool
+LOOP_MIN = 512  # elements below which a few NumPy calls cost less than a Numba dispatch
 
 
 def _reduce(node):
@@ -59,8 +59,12 @@ def cross_entropy_rows(logits, labels, smoothing, what):
     """Per-row loss lse - (1-s)*x[label] - (s/C)*sum(x)."""
     c = logits.shape[-1]
     check_labels(labels, c, what)
-    lse = logsumexp(logits, (logits.ndim - 1,), False)
-    picked = np.take_along_axis(logits, labels[..., None].astype(np.int64), axis=-1)[..., 0]
+    rows = logits.reshape(-1, c)
+    m = np.max(rows, axis=1, keepdims=True) if c else np.zeros((rows.shape[0], 1), rows.dtype)
+    if not np.isfinite(m).all():  # rows of -inf give -inf (not NaN); +inf rows stay inf/NaN
+        m = np.where(np.isfinite(m), m, 0).astype(rows.dtype, copy=False)
+    lse = (np.log(np.sum(np.exp(rows - m), axis=1)) + m[:, 0]).reshape(labels.shape)
+    picked = rows[np.arange(rows.shape[0]), labels.reshape(-1)].reshape(labels.shape)
     loss = lse - picked if smoothing == 0.0 else lse - (1.0 - smoothing) * picked - (smoothing / c) * np.sum(logits, axis=-1)
     return loss.astype(logits.dtype, copy=False)
 
@@ -217,12 +221,17 @@ def lamb_dir_elem(p, g, m, v, gs, b1, b2, eps, wd, c1, c2):
     return (m / c1) / (np.sqrt(v / c2) + eps) + wd * p, m, v
 
 
+_LOOPS: list = []
+
+
 def _loops():
-    try:
-        from caramba.backends.cpu.kernels import _train_loops
-    except ImportError:  # Numba is optional: the NumPy path computes the same bits
-        return None
-    return _train_loops
+    if not _LOOPS:
+        try:
+            from caramba.backends.cpu.kernels import _train_loops
+        except ImportError:  # Numba is optional: the NumPy path computes the same bits
+            _train_loops = None
+        _LOOPS.append(_train_loops)
+    return _LOOPS[0]
 
 
 def _run(name, elem, arrays, scalars):
@@ -230,7 +239,7 @@ def _run(name, elem, arrays, scalars):
     p = arrays[0]
     # Numba only for float64: its float32 arithmetic would promote Python scalars to float64
     # where NumPy keeps float32, and the two paths must agree.
-    loops = _loops() if p.size >= PARALLEL_MIN and p.dtype == np.float64 else None
+    loops = _loops() if p.size >= LOOP_MIN and p.dtype == np.float64 else None
     if loops is None:
         out = elem(*arrays, *scalars)
         return tuple(np.asarray(o, dtype=p.dtype) for o in out)
@@ -313,7 +322,7 @@ def _lion(node, ins):
 
 
 def _norm(x):
-    flat = np.ascontiguousarray(x).reshape(-1)
+    flat = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
     return math.sqrt(float(np.dot(flat, flat)))
 
 
