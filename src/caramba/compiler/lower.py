@@ -37,11 +37,27 @@ def violations(node: Node, ctx: PassContext) -> list[tuple[str, str]]:
                 f" (opt in with precision={offered.value} on this node)",
             )
         )
+    if node.op.startswith("fused."):
+        out.extend(_fusion_violations(node, ctx))
     rule = caps.shape_rules.get(node.op)
     if rule is not None:
         reason = rule(node)
         if reason:
             out.append(("unsupported", reason))
+    return out
+
+
+def _fusion_violations(node: Node, ctx: PassContext) -> list[tuple[str, str]]:
+    """A fused node runs only if the backend declares every step of it (not just the op)."""
+    from caramba.ops.fused import requirements
+
+    graph: Graph = ctx.artifacts["lower.graph"]
+    ins = tuple(graph.type_of(r) for r in node.inputs)
+    out = []
+    for pattern, dtypes in requirements(node.op, ins, node.attrs):
+        missing = sorted(d.value for d in dtypes if not ctx.capabilities.can_fuse(pattern, d))
+        if missing:
+            out.append(("unsupported", f"{ctx.backend} declares no fusion {pattern} for {', '.join(missing)}"))
     return out
 
 

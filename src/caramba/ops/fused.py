@@ -275,3 +275,27 @@ def linear_pattern(activation: str) -> str:
     if activation not in ACTIVATIONS:
         raise GraphError(f"unknown fused.linear activation '{activation}'; valid: {', '.join(ACTIVATIONS)}")
     return f"fused.linear:{activation}"
+
+
+def requirements(op_id: str, ins: tuple[ValueType, ...], attrs: Attrs) -> list[tuple[str, frozenset]]:
+    """Every (pattern, dtypes) a backend must declare to compute this fused node: one per step
+    of its program (the dtypes the step touches), plus the fused form itself."""
+    from caramba.ir.dtypes import DType
+
+    out: list[tuple[str, frozenset[DType]]] = []
+    if op_id in ("fused.elementwise", "fused.softmax"):
+        expr = decode_expr(attrs["expr"])
+        types = expr_types(op_id, ins, expr, allow_reduction=op_id == "fused.elementwise")
+        for s in expr.steps:
+            if s.op == "graph.constant":
+                continue
+            touched = {types[s.id].dtype} | {(ins[a] if isinstance(a, int) else types[a]).dtype for a in s.args}
+            out.append((elementwise_pattern(s.op), frozenset(touched)))
+        if op_id == "fused.softmax":
+            t = ins[expr.out] if isinstance(expr.out, int) else types[expr.out]
+            out.append((SOFTMAX, frozenset({t.dtype})))
+    elif op_id == "fused.linear":
+        out.append((linear_pattern(attrs["activation"]), frozenset(t.dtype for t in ins)))
+    elif op_id == "fused.layer_norm_residual":
+        out.append((LAYER_NORM_RESIDUAL, frozenset(t.dtype for t in ins)))
+    return out
