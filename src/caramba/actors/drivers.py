@@ -192,8 +192,9 @@ class LinearRegression:
     def _batch(self, step: int) -> np.ndarray:
         per_epoch = self.cfg.samples // self.cfg.batch
         epoch, i = divmod(step, per_epoch)
-        perm = _rng(self.spec.seed, 3, epoch).permutation(self.cfg.samples)
-        return np.sort(perm[i * self.cfg.batch : (i + 1) * self.cfg.batch])
+        if getattr(self, "_epoch", None) != epoch:  # one permutation per epoch, from (seed, epoch) alone
+            self._epoch, self._perm = epoch, _rng(self.spec.seed, 3, epoch).permutation(self.cfg.samples)
+        return np.sort(self._perm[i * self.cfg.batch : (i + 1) * self.cfg.batch])
 
     def _params(self, g):
         cfg = self.cfg

@@ -300,10 +300,9 @@ class Experiment(Actor):
             done = self.driver.steps_done >= self.spec.steps
             every = self.spec.checkpoint_every
             if failing is not None or done or (every and self.driver.steps_done % every == 0 and self.buffer):
-                if not self._checkpoint(failing):
+                # fencing: only the lease holder records evidence (renewal also proves it is alive)
+                if not self._renew() or not self._checkpoint(failing):
                     return
-            if not self._renew():
-                return
             if done:
                 self._finish()
             else:
@@ -475,6 +474,8 @@ class Experiment(Actor):
 
     # ---- lease -------------------------------------------------------------------------------------
     def _renew(self) -> bool:
+        """Renew the lease before recording evidence; False (and stop) if it was lost. Between
+        checkpoints the worker's polls keep the lease alive."""
         if self.lease is None or self.orchestrator is None:
             return True
         from caramba.orchestrator.actor import Renew

@@ -1,10 +1,11 @@
 """ActorSystem and ActorRef, and the local (in-process, deterministic) transport.
 
 ``ActorSystem("local")`` (the default) runs every actor in this process on the caller's
-thread. Delivery is deterministic: one FIFO of envelopes, processed in order, skipping only
-actors that are busy further up the stack (a handler that is waiting on an ask), so a run
-gives the same interleaving every time. ``ask`` processes queued messages until its reply
-is ready; ``run_until_idle`` drains the queue. ``ActorSystem("ray")`` runs the same actor
+thread. Delivery is deterministic: one FIFO of envelopes, processed in order, so a run gives
+the same interleaving every time. An ``ask`` from outside any actor processes queued
+messages until its reply is ready; an ask from inside a handler runs only the target's
+mailbox (in order) up to its message, so an actor never runs on top of one that is waiting.
+``run_until_idle`` drains the queue. ``ActorSystem("ray")`` runs the same actor
 classes as Ray actors (see ``caramba.actors.ray_transport``).
 """
 
@@ -258,33 +259,43 @@ class LocalActorSystem(ActorSystem):
         pending = _Pending()
         with self._lock:
             self._post(name, msg, pending)
+            nested = bool(self._busy)
             while pending.reply is None:
-                if not self._step():
-                    chain = " -> ".join([*self._busy, name])
-                    raise Deadlock(f"ask to '{name}' can never be answered: {chain} wait on each other", actor=name)
+                if nested:
+                    # inside a handler: run only the target's mailbox, in order, up to our message,
+                    # so no unrelated actor runs on top of the waiting ones
+                    if name in self._busy:
+                        chain = " -> ".join([*self._busy, name])
+                        raise Deadlock(f"ask to '{name}' can never be answered: {chain} wait on each other", actor=name)
+                    i = next(i for i, e in enumerate(self._queue) if e[0] == name)
+                    self._process(i)
+                elif not self._step():
+                    raise Deadlock(f"ask to '{name}' can never be answered", actor=name)
             return pending.reply
 
     def _step(self) -> bool:
         """Process the first envelope whose actor is not busy; False if there is none."""
-        for i, (name, kind, payload, pending) in enumerate(self._queue):
-            if name in self._busy:
-                continue
-            del self._queue[i]
-            cell = self._cells.get(name)
-            if cell is None:
-                reply = error_reply(ActorDied(f"actor '{name}' is dead: {self._dead.get(name, 'stopped')}", actor=name), name, None)
-            else:
-                self._busy.append(name)
-                try:
-                    reply = cell.handle(kind, payload)
-                finally:
-                    self._busy.pop()
-            if pending is not None:
-                pending.reply = reply
-            elif reply[0] == "err":
-                self.dead_letters.append(f"{kind.rsplit(':', 1)[-1]} to {name}: {reply[2]}")
-            return True
+        for i, (name, *_rest) in enumerate(self._queue):
+            if name not in self._busy:
+                self._process(i)
+                return True
         return False
+
+    def _process(self, i: int) -> None:
+        name, kind, payload, pending = self._queue.pop(i)
+        cell = self._cells.get(name)
+        if cell is None:
+            reply = error_reply(ActorDied(f"actor '{name}' is dead: {self._dead.get(name, 'stopped')}", actor=name), name, None)
+        else:
+            self._busy.append(name)
+            try:
+                reply = cell.handle(kind, payload)
+            finally:
+                self._busy.pop()
+        if pending is not None:
+            pending.reply = reply
+        elif reply[0] == "err":
+            self.dead_letters.append(f"{kind.rsplit(':', 1)[-1]} to {name}: {reply[2]}")
 
     def run_until_idle(self, max_messages: int | None = None) -> int:
         """Process queued messages until none is left (or ``max_messages``); returns how many ran."""

@@ -17,12 +17,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from caramba.actors.base import Actor, ActorError, Placement, handler
+from caramba.actors.base import Actor, ActorDied, ActorError, AskTimeout, Placement, handler
+from caramba.actors.experiment import Experiment, GetStatus, Start
 from caramba.actors.messages import Message
 from caramba.cluster.profile import HardwareProfile, probe
 from caramba.cluster.registry import NodeInfo, NodeRegistry
 from caramba.errors import ConfigError
-from caramba.orchestrator.queue import Job, JobQueue, JobSpec, JobState, Lease
+from caramba.orchestrator.queue import Job, JobQueue, JobSpec, JobState, Lease, LeaseLost
 from caramba.orchestrator.scheduler import Orchestrator
 
 
@@ -236,7 +237,8 @@ class WorkerStatus(Message):
 
 
 class Worker(Actor):
-    """One node's worker. ``profile``: a HardwareProfile dict (default: probe this machine, named
+    """One node's worker: while it polls, the leases of its node stay renewed; it watches the
+    experiments it spawned and gives back (``Fail``, retry) the lease of one that died. ``profile``: a HardwareProfile dict (default: probe this machine, named
     ``node_id``); ``services``: names of Notary/Storage/Model actors for its experiments."""
 
     def __init__(
@@ -247,8 +249,10 @@ class Worker(Actor):
         profile: dict[str, Any] | None = None,
         steps_per_tick: int = 1,
         measure: bool = False,
+        status_timeout: float = 10.0,
     ) -> None:
         self.node_id = node_id
+        self.status_timeout = status_timeout
         self.orchestrator = orchestrator
         self.services = services or {}
         self.profile = HardwareProfile.model_validate(profile) if profile else None
@@ -273,17 +277,30 @@ class Worker(Actor):
 
     @handler
     def poll(self, msg: Poll) -> WorkerStatus:
-        from caramba.actors.experiment import Experiment, Start
-
-        grants = self.context.lookup(self.orchestrator).ask(PollLeases(node_id=self.node_id)).leases
-        active = {g.lease.id for g in grants}
-        for lease_id in [k for k in self.running if k not in active]:
-            name = self.running.pop(lease_id)  # finished, or the lease moved on: the child is done
+        orch = self.context.lookup(self.orchestrator)
+        grants = orch.ask(PollLeases(node_id=self.node_id)).leases
+        active = {g.lease.id: g for g in grants}
+        for lease_id, name in list(self.running.items()):
+            if lease_id in active:
+                # polling renewed the lease; make sure the experiment holding it is still there
+                try:
+                    self.context.lookup(name).ask(GetStatus(), timeout=self.status_timeout)
+                    continue
+                except AskTimeout:
+                    continue  # busy in a long step: alive
+                except ActorDied as exc:
+                    lease = active.pop(lease_id).lease
+                    try:
+                        orch.ask(Fail(lease_id=lease_id, token=lease.token, error=exc.message, retry=True))
+                    except LeaseLost:
+                        pass
+            del self.running[lease_id]  # finished, died, or the lease moved on: the child is done
             self.finished += 1
             try:
                 self.context.system.stop(name)
             except ActorError:
                 pass
+        grants = list(active.values())
         for g in grants:
             if g.lease.id in self.running or g.job.kind != "experiment":
                 continue
@@ -295,6 +312,7 @@ class Worker(Actor):
                 kwargs={
                     "spec": spec,
                     "services": self.services,
+                    "autostart": True,  # also after Ray restarts its process: resume from the ledger
                     "steps_per_tick": self.steps_per_tick,
                     "lease": {"lease_id": g.lease.id, "token": g.lease.token, "job_id": g.job.id},
                     "orchestrator": self.orchestrator,

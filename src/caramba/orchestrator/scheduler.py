@@ -66,11 +66,14 @@ class Orchestrator:
         return best, ""
 
     def poll(self, node_id: str, now: float | None = None) -> list[Lease]:
-        """A node checks in: heartbeat, schedule, and its active leases."""
+        """A node checks in: heartbeat, renew the leases it holds (a live node keeps its jobs),
+        schedule, and return its active leases. A node that stops polling loses its leases
+        after ``lease_ttl``."""
         t = self.queue._now(now)
         self.registry.heartbeat(node_id, t)
         self.schedule(t)
-        return self.queue.leases(node_id=node_id, state="active")
+        held = self.queue.leases(node_id=node_id, state="active")
+        return [self.queue.renew(lease.id, lease.token, self.lease_ttl, t) for lease in held]
 
     def renew(self, lease_id: str, token: int, now: float | None = None) -> Lease:
         return self.queue.renew(lease_id, token, self.lease_ttl, now)

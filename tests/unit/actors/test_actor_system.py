@@ -223,3 +223,42 @@ def test_handlers_must_be_typed():
         class Bad(Actor):
             @handler
             def h(self, msg: int) -> None: ...
+
+
+class Go(Message):
+    pass
+
+
+class Middle(Actor):
+    def __init__(self):
+        self.poked = False
+
+    @handler
+    def get(self, msg: Get) -> Total:
+        if not self.poked:  # a message that will need this (busy) actor arrives while it waits
+            self.poked = True
+            self.context.lookup("client1").tell(Go())
+        return self.context.lookup("leaf").ask(Get())
+
+
+class Client(Actor):
+    def __init__(self):
+        self.got = None
+
+    @handler
+    def go(self, msg: Go) -> None:
+        self.got = self.context.lookup("middle").ask(Get()).value
+
+    @handler
+    def get(self, msg: Get) -> int | None:
+        return self.got
+
+
+def test_waiting_actors_never_have_others_run_on_top_of_them(system):
+    system.spawn(Counter, "leaf", kwargs={"start": 7})
+    system.spawn(Middle, "middle")
+    clients = [system.spawn(Client, f"client{i}") for i in range(2)]
+    clients[0].tell(Go())
+    system.run_until_idle()
+    assert system.dead_letters == []
+    assert [c.ask(Get()) for c in clients] == [7, 7]
