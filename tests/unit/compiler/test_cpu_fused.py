@@ -269,3 +269,33 @@ def test_generated_source_is_cached_on_disk(runner, tmp_path, monkeypatch):
     np.testing.assert_array_equal(out, -np.ones(3))
     assert jit.load(k.source + "# cache test\n") is fn  # once per process
     assert CTOR[F64] == "np.float64"
+
+
+@needs_numba
+def test_branch_free_erfc_and_exp_are_as_accurate_as_libm():
+    import math
+
+    import scipy.special as sc
+    from numba import njit
+
+    from caramba.backends.cpu.fused.runtime import erfc_fast, exp_fast
+
+    @njit(error_model="numpy")
+    def both(x, o1, o2):
+        for i in range(x.shape[0]):
+            o1[i] = erfc_fast(x[i])
+            o2[i] = exp_fast(x[i])
+
+    rng = np.random.default_rng(3)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300, 0.84375, 1.25, 2.857142857142857, -6.0, 28.0, -28.0,
+                709.7, -745.0, 710.0, -746.0, 26.0]
+    x = np.concatenate([rng.standard_normal(1 << 16) * 3, rng.uniform(-30, 30, 1 << 15), rng.uniform(-745, 709, 1 << 14), specials])
+    e, p = np.empty_like(x), np.empty_like(x)
+    both(x, e, p)
+    with np.errstate(all="ignore"):
+        for got, want in ((e, np.array([math.erfc(v) for v in x])), (p, np.exp(x))):
+            assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+            ok = np.isfinite(want) & (np.abs(want) > 1e-300)
+            ulps = np.abs(got[ok] - want[ok]) / np.spacing(np.abs(want[ok]))
+            assert ulps.max() <= 4, ulps.max()
+    assert np.max(np.abs(e - sc.erfc(x))[np.isfinite(x)]) < 1e-15

@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from caramba.backends.cpu.fused.runtime import expit, fmax, fmin, pairwise_sum
+from caramba.backends.cpu.fused.runtime import erfc_fast, expit, fmax, fmin, pairwise_sum
 
 '''
 
