@@ -10,15 +10,32 @@ default is just its name.
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 
 from caramba.compute import BACKENDS, build_info, new
 
 
+def _selected() -> set[str] | None:
+    """``CARAMBA_COMPLIANCE_BACKENDS=cpu,xla`` limits the suite to those backends (and their
+    variants); unset runs every registered backend."""
+    raw = os.environ.get("CARAMBA_COMPLIANCE_BACKENDS", "").strip()
+    if not raw:
+        return None
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    unknown = names - set(BACKENDS)
+    if unknown:
+        raise ValueError(f"CARAMBA_COMPLIANCE_BACKENDS names unknown backends {sorted(unknown)}; registered: {sorted(BACKENDS)}")
+    return names
+
+
 def backend_params() -> list:
     params = []
+    selected = _selected()
     for name, module in BACKENDS.items():
+        if selected is not None and name not in selected:
+            continue
         try:
             info = build_info(name)
         except Exception as exc:  # a broken build_info is a bug: make every test of it fail
