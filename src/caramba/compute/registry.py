@@ -52,6 +52,7 @@ class Option:
 BACKENDS: dict[str, str] = {
     "cpu": "caramba.backends.cpu",
     "webgpu": "caramba.backends.webgpu",
+    "cuda": "caramba.backends.cuda",
 }
 
 

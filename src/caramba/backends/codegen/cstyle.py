@@ -228,9 +228,13 @@ class KernelWriter:
         return name
 
     def fresh(self, stem: str) -> str:
-        n = self._names.get(stem, 0)
-        self._names[stem] = n + 1
-        return f"{stem}{n}"
+        taken = {p.name for p in self.params}
+        while True:
+            n = self._names.get(stem, 0)
+            self._names[stem] = n + 1
+            name = f"{stem}{n}"
+            if name not in taken:
+                return name
 
     # ---- statements ----------------------------------------------------------------------
     def line(self, text: str) -> None:

@@ -24,6 +24,7 @@ ENTRY = "cb_main"
 class CudaEmitter(Emitter):
     lang = "cuda"
     index_type = "long long"
+    blas = True  # float GEMM goes to cuBLAS (a LibraryCall), not generated code
     max_workgroup = 256
     type_names = {
         DType.float64: "double", DType.float32: "float", DType.int64: "long long", DType.int32: "int", DType.bool: "bool",

@@ -19,11 +19,11 @@ from caramba.ir.dtypes import DType
 
 # generic math name -> WGSL builtin valid for every float type (exact in f64 too)
 _EXACT_BUILTINS = {"floor": "floor", "ceil": "ceil", "abs": "abs"}
-# generic name -> library helper (both f32 and f64)
+# generic name -> (library entry, function stem) for both f32 and f64
 _LIBRARY = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "expm1": "expm1", "log1p": "log1p", "tanh": "tanh",
-    "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "pow": "pow", "trunc": "trunc", "rint": "rint",
-}
+    name: (name, name)
+    for name in ("exp", "log", "sqrt", "expm1", "log1p", "tanh", "erf", "erfc", "sin", "cos", "pow", "trunc")
+} | {"rint": ("trunc", "rint")}
 
 
 class WgslEmitter(Emitter):
@@ -121,9 +121,10 @@ class WgslEmitter(Emitter):
             return f"{_EXACT_BUILTINS[name]}({joined})"
         if name in _LIBRARY and d.is_float:
             tag = self.t(d)
-            for fname, text in wgsl_math.helper_texts(_LIBRARY[name], tag).items():
+            entry, stem = _LIBRARY[name]
+            for fname, text in wgsl_math.helper_texts(entry, tag).items():
                 w.need_text(fname, text)
-            return f"cb_{_LIBRARY[name]}_{tag}({joined})"
+            return f"cb_{stem}_{tag}({joined})"
         raise UnsupportedOperation(f"WGSL has no {name} for {d}")
 
     def function(self, name: str, params, ret, body: Sequence[str]) -> str:

@@ -48,9 +48,17 @@ def _infix(op: str) -> Expr:
 
 for _op, _sym, _dt in (
     ("math.add", "+", NUM), ("math.sub", "-", NUM), ("math.mul", "*", NUM), ("math.div", "/", F),
-    ("math.equal", "==", ANY), ("math.not_equal", "!=", ANY),
+    ("math.equal", "==", ANY),
 ):
     expr(_op, _dt)(_infix(_sym))
+
+
+@expr("math.not_equal", ANY)
+def _not_equal(w, n, d, a):
+    # NaN != anything; spelled out because WGSL's != on floats is an ordered comparison
+    if d.is_float:
+        return f"(({a[0]} != {a[1]}) || {w.e.isnan(a[0], d)} || {w.e.isnan(a[1], d)})"
+    return f"({a[0]} != {a[1]})"
 
 
 def _compare(op: str) -> Expr:
@@ -163,12 +171,12 @@ def _softplus(w, n, d, a):
 @expr("activation.gelu", F)
 def _gelu(w, n, d, a):
     x = w.let(d, a[0], "x")
-    half = _lit(w, 0.5, d)
     if n.attrs["approximate"] == "tanh":
-        inner = f"({_lit(w, SQRT_2_OVER_PI, d)} * ({x} + {_lit(w, 0.044715, d)} * {x} * {x} * {x}))"
-        return f"({half} * {x} * ({_lit(w, 1, d)} + {w.fn('tanh', d, inner)}))"
+        # 0.5 (1 + tanh z) == sigmoid(2 z): full relative accuracy in the negative tail
+        z = w.let(d, f"({_lit(w, 2.0 * SQRT_2_OVER_PI, d)} * ({x} + {_lit(w, 0.044715, d)} * {x} * {x} * {x}))", "z")
+        return f"({x} * {sigmoid(w, d, z)})"
     # exact: 0.5 x erfc(-x / sqrt 2), full relative accuracy in the negative tail
-    return f"({half} * {x} * {w.fn('erfc', d, f'(-{x} * {_lit(w, SQRT1_2, d)})')})"
+    return f"({_lit(w, 0.5, d)} * {x} * {w.fn('erfc', d, f'(-{x} * {_lit(w, SQRT1_2, d)})')})"
 
 
 def _silu_of(w: KernelWriter, d: DType, g: str) -> str:

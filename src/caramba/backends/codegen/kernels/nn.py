@@ -9,6 +9,7 @@ from math import prod
 
 from caramba.backends.codegen.cstyle import INDEX, KernelWriter, contiguous_strides, offset, unravel
 from caramba.backends.codegen.kernels import (
+    INT,
     F,
     bind,
     builder,
@@ -136,7 +137,7 @@ def _group_norm(node: Node, ins, e):
     return single(_norm_kernel(node, ins, e, n * g, per, False, channel), len(ins))
 
 
-@builder("nn.embedding", F)
+@builder("nn.embedding", F | INT)
 def _embedding(node: Node, ins, e):
     ids, table = ins
     prog = gather_kernel(e, kernel_name(node), table, ids, node.types[0], 0)

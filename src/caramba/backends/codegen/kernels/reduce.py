@@ -134,6 +134,8 @@ def reduction_passes(op: str, attrs, e, d: DType, n: int):
         mn = lambda w, a, b: w.min(d, a, b)
         return [(e.highest(d), lambda w, acc, r: w.min(d, acc, "{x}"), mn)], first
     if op == "reduce.mean":
+        if n == 0:  # 0 / 0, spelled out: compilers fold a division by a literal zero
+            return [(e.lit(0, d), lambda w, acc, r: f"({acc} + {{x}})", add)], lambda w, res: w.e.nan(d)
         return [(e.lit(0, d), lambda w, acc, r: f"({acc} + {{x}})", add)], lambda w, res: f"({res[0]} / {w.e.lit(n, d)})"
     if op == "reduce.variance":
 
@@ -143,6 +145,8 @@ def reduction_passes(op: str, attrs, e, d: DType, n: int):
 
         denom = n - attrs["correction"]
         passes = [(e.lit(0, d), lambda w, acc, res: f"({acc} + {{x}})", add), (e.lit(0, d), second, add)]
+        if denom <= 0:  # numpy divides by max(n - correction, 0): inf, or NaN for 0 / 0 and NaN
+            return passes, lambda w, res: w.e.select(f"{res[1]} > {w.e.lit(0, d)}", w.e.inf(d), w.e.nan(d))
         return passes, lambda w, res: f"({res[1]} / {w.e.lit(denom, d)})"
     if op == "reduce.logsumexp":
 

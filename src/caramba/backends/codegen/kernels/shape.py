@@ -244,6 +244,6 @@ def _iota(node: Node, ins, e) -> Program:
     axis = norm_axis(node.attrs["axis"], out_t.rank)
     w = map_writer(e, kernel_name(node), prod(out_t.shape))
     _, (out,) = bind(w, [], [out_t])
-    c = unravel(w, "gid", out_t.shape)[axis]
+    c = unravel(w, "gid", out_t.shape)[axis] if out_t.rank else "0"
     w.store(out, "gid", w.e.cast(c, out_t.dtype, INDEX), out_t.dtype)
     return single(map_finish(w), 0)
