@@ -152,7 +152,8 @@ RNG = np.random.default_rng(7)
 @needs_numba
 @pytest.mark.parametrize(
     "shapes",
-    [((), ()), ((5,), ()), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((0, 3), (3,)), ((1, 7), (7,)), ((3, 1), (1, 4))],
+    [((), ()), ((5,), ()), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((0, 3), (3,)), ((1, 7), (7,)), ((3, 1), (1, 4)),
+     ((512, 512), ()), ((512, 512), (1, 1))],  # the last two: parallel kernels with loop-invariant inputs
     ids=str,
 )
 def test_elementwise_shapes(runner, shapes):

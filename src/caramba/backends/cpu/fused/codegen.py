@@ -114,9 +114,24 @@ def _program(code: Code, steps: tuple[Step, ...], types: dict[str, ValueType], i
     return names
 
 
+def _invariant(t: ValueType, shape: tuple[int, ...]) -> bool:
+    """Is an input the same element at every point of ``shape`` (0-d, or all-broadcast)?"""
+    off = len(shape) - t.rank
+    return all(n == 1 or shape[off + j] == 1 for j, n in enumerate(t.shape))
+
+
+def _hoisted(code: Code, ins: list[ValueType], shape: tuple[int, ...]) -> None:
+    """Load loop-invariant inputs once, before the loops (Numba's parfors also cannot index a
+    0-d array inside a prange)."""
+    for k, t in enumerate(ins):
+        if _invariant(t, shape):
+            code.add(f"x{k} = in{k}{_index(t, shape, {})}")
+
+
 def _loads(code: Code, ins: list[ValueType], shape: tuple[int, ...], var: dict[int, str]) -> list[str]:
     for k, t in enumerate(ins):
-        code.add(f"x{k} = in{k}{_index(t, shape, var)}")
+        if not _invariant(t, shape):
+            code.add(f"x{k} = in{k}{_index(t, shape, var)}")
     return [f"x{k}" for k in range(len(ins))]
 
 
@@ -149,6 +164,7 @@ def elementwise(expr: Expr, ins: list[ValueType], out: ValueType, what: str = "f
     code = Code()
     sig = ", ".join([f"in{k}" for k in range(len(ins))] + ["out"])
     bounds = _bounds(code, dims, shape, [("out", out)])
+    _hoisted(code, ins, shape)
     var = _open_loops(code, dims, bounds, parallel)
     names = _program(code, expr.steps, types, ins, _loads(code, ins, shape, var))
     code.add(f"out{_index(out, shape, var)} = {names[expr.out]}")
@@ -192,6 +208,7 @@ def _reduction(expr: Expr, ins: list[ValueType], out: ValueType, types: dict[str
     sig = ", ".join([f"in{k}" for k in range(len(ins))] + ["out"])
     arrays = [(f"in{k}", t) for k, t in enumerate(ins)]
     bounds = _bounds(code, dims, shape, arrays)
+    _hoisted(code, ins, shape)
     row_form = not reduced or not kept or max(kept) < min(reduced)  # kept dims outside, reduced inside
     parallel = bool(kept) and _pays(src_t.size, len(steps) + 1, shape[kept[0]])
     if row_form:
@@ -251,6 +268,7 @@ def softmax(expr: Expr, ins: list[ValueType], out: ValueType, axis: int) -> Kern
     sig = ", ".join([f"in{k}" for k in range(len(ins))] + ["out"])
     bounds = _bounds(code, outer, shape, [("out", out)])
     code.add(f"na = out.shape[{axis}]")
+    _hoisted(code, ins, shape)
     var = _open_loops(code, outer, bounds, parallel)
     var[axis] = "ia"
     oi = "[" + ", ".join(var.get(k, "0") for k in range(len(shape))) + "]"
