@@ -249,7 +249,7 @@ class Worker(Actor):
         profile: dict[str, Any] | None = None,
         steps_per_tick: int = 1,
         measure: bool = False,
-        status_timeout: float = 10.0,
+        status_timeout: float = 2.0,
     ) -> None:
         self.node_id = node_id
         self.status_timeout = status_timeout
@@ -320,4 +320,8 @@ class Worker(Actor):
                 placement=Placement(node=self.context.node),
             ).tell(Start())
             self.running[g.lease.id] = name
+            try:  # spawning can take a while (a new process on Ray): renew right after it
+                orch.ask(Renew(lease_id=g.lease.id, token=g.lease.token))
+            except LeaseLost:
+                pass  # expired meanwhile: the next poll stops the child
         return self.status()
