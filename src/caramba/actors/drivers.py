@@ -227,3 +227,140 @@ class LinearRegression:
             err = x @ w + b - y
             g.output("loss", (err * err).mean())
         return g
+
+
+class ManifestRun:
+    """One run of a manifest (a target's run, optionally under a tuner arm), step by step.
+
+    ``spec.config``: ``manifest`` (path, which workers must be able to read, with its data
+    files), ``overrides`` (``--set`` items), ``target``, ``run``, ``arm`` and ``backend``.
+    The model, optimizer, train step and data are the manifest's own (``caramba.manifest`` and
+    ``caramba.train``): parameters come from ``Trainer.init(seed)``, batches from the dataset's
+    stream seeded by the run's seed, so a resumed run replays the stream to where it stopped
+    and continues exactly as an uninterrupted one. Checkpoints are ``caramba.train``
+    checkpoints (safetensors: parameters, optimizer state, step counter, graph hash)."""
+
+    needs_actor = False
+
+    def __init__(self) -> None:
+        self.steps_done = 0
+        self.runner = None
+
+    def start(self, spec: "RunSpec", checkpoint: bytes | None = None, initial: bytes | None = None) -> None:
+        from caramba import compute, train
+        from caramba.manifest.experiment import build_optimizer, manifest_model, plan_runs
+        from caramba.manifest.lower import resolve_dims
+
+        cfg = spec.config
+        try:
+            path, target, run = cfg["manifest"], cfg["target"], cfg["run"]
+        except KeyError as exc:
+            raise ConfigError(f"run '{spec.run_id}': the manifest driver needs config.{exc.args[0]}") from None
+        plans = [p for p in plan_runs(path, cfg.get("overrides"), backend=cfg.get("backend"), target=target)
+                 if p.run.id == run and p.arm == cfg.get("arm", "")]
+        if len(plans) != 1:
+            raise ConfigError(f"run '{spec.run_id}': manifest {path} has no run '{run}' in target '{target}'")
+        self.plan = plan = plans[0]
+        self.prep = prep = plan.prep
+        m, t = prep.manifest, prep.manifest.trainer
+        if t is None or prep.dataset is None:
+            raise ConfigError(f"run '{spec.run_id}': the manifest needs a trainer and a dataset to train")
+        self.spec, self.trainer_cfg = spec, t
+        self.batch = batch = prep.dims.get("batch", t.batch_size)
+        self.metric_names = list(dict.fromkeys([t.loss, *m.metrics]))
+        extras = [x for x in self.metric_names if x != t.loss]
+        self.fetch = ("loss", *extras)
+        self.types = resolve_dims(m.topology, prep.doc, {**prep.dims, "batch": batch}, ("topology",))
+        model = manifest_model(prep)
+        optimizer = build_optimizer(prep, max(spec.steps, 1))
+
+        def loss_fn(model, **ins):
+            out = model(**ins)
+            return out[t.loss], {k: out[k] for k in extras}
+
+        self.step_graph = train.TrainStep(model, loss_fn, optimizer, self._specs(batch), name=f"{m.name}.train_step")
+        self.runner = compute.new(plan.backend)
+        self.trainer = train.Trainer(self.step_graph, self.runner)
+        self.trainer.init(spec.seed)
+        if checkpoint is not None:
+            self.steps_done = self._load(checkpoint, whole=True)
+        elif initial is not None:
+            self._load(initial, whole=False)
+            self.steps_done = 0
+        else:
+            self.steps_done = 0
+        self.stream = prep.dataset.train_batches(batch, np.random.default_rng(spec.seed))
+        for _ in range(self.steps_done):  # replay the data stream to where the checkpoint was taken
+            next(self.stream)
+
+    def _specs(self, n: int) -> dict:
+        return {k: ((n, *t.shape[1:]), t.dtype.value) for k, t in self.types.items()}
+
+    def _feed(self, batch: dict) -> dict:
+        out = {}
+        for inp, fld in self.prep.feed.items():
+            arr, want = batch[fld], self.types[inp].dtype.numpy
+            out[inp] = arr if arr.dtype == want else arr.astype(want)
+        return out
+
+    def _load(self, data: bytes, *, whole: bool) -> int:
+        from caramba.train import safetensors
+        from caramba.train.safetensors import CheckpointError
+
+        tensors, meta = safetensors.loads(data, f"checkpoint of run '{self.spec.run_id}'")
+        state = self.step_graph.graph.state
+        if whole and meta.get("graph_hash") != self.trainer.graph_hash:
+            raise CheckpointError(f"checkpoint of run '{self.spec.run_id}' comes from another train-step graph")
+        names = list(tensors) if whole else list(self.step_graph.model.parameters())
+        for n in names:
+            if n not in tensors or n not in state or tensors[n].shape != state[n].type.shape:
+                raise CheckpointError(f"checkpoint of run '{self.spec.run_id}' does not fit tensor '{n}'")
+            self.runner.state[n] = self.runner.upload(tensors[n])
+        return int(meta.get("step", "0"))
+
+    def step(self) -> dict[str, float]:
+        vals = self.trainer.step(self._feed(next(self.stream)), self.fetch)
+        self.steps_done += 1
+        return vals
+
+    def checkpoint(self) -> bytes:
+        from caramba.train import safetensors
+
+        present = set(self.runner.state)
+        tensors = {n: self.runner.state[n].download() for n in self.step_graph.graph.state if n in present}
+        meta = {"format": "caramba", "step": str(self.steps_done), "graph_hash": self.trainer.graph_hash,
+                "manifest_hash": self.prep.sha256}
+        return safetensors.dumps(tensors, meta)
+
+    def metrics(self) -> dict[str, float]:
+        """The manifest's metrics on every evaluation split (``val.loss``, ``test.accuracy``, ...)."""
+        ds, t = self.prep.dataset, self.trainer_cfg
+        splits = [s for s in ("val", "test") if ds.size(s)]
+        out: dict[str, float] = {}
+        names = self.metric_names
+        exes: dict[int, Any] = {}
+        eb = t.eval_batch_size or max(self.batch, 512)
+        eb = max(1, min(eb, max((ds.size(s) for s in splits), default=self.batch)))
+        for split in splits:
+            totals, count = dict.fromkeys(names, 0.0), 0
+            for batch in ds.eval_batches(split, eb, t.eval_batches):
+                arrays = self._feed(batch)
+                n = len(next(iter(arrays.values())))
+                if n not in exes:
+                    def fn(model, **ins):
+                        res = model(**ins)
+                        return {k: res[k] for k in names}
+
+                    graph = self.step_graph.eval_graph(fn, self._specs(n), name=f"{self.prep.manifest.name}.eval{n}")
+                    exes[n] = self.runner.compile(graph)
+                outs = exes[n].run(self.trainer.upload_batch(arrays))
+                for k in names:
+                    totals[k] += float(outs[k].download()) * n
+                count += n
+            out.update({f"{split}.{k}": v / max(count, 1) for k, v in totals.items()})
+        return out
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None

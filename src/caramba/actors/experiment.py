@@ -90,6 +90,7 @@ class RunDriver(Protocol):
 # name -> "module:Class". One line per driver; a spec may also name "module:Class" directly.
 DRIVERS: dict[str, str] = {
     "linear": "caramba.actors.drivers:LinearRegression",
+    "manifest": "caramba.actors.drivers:ManifestRun",
 }
 
 

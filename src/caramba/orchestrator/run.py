@@ -199,17 +199,30 @@ class Cluster:
 
 
 def run_cluster(
-    specs: Iterable[RunSpec],
+    manifest_path: str | os.PathLike | None = None,
+    runs: Iterable[str] | None = None,
     *,
+    specs: Iterable[RunSpec] | None = None,
     cluster: str = "ray",
+    overrides: Iterable[str] | dict[str, Any] | None = None,
+    backend: str | None = None,
+    target: str | None = None,
     workers: int | None = None,
     root: str | os.PathLike | None = None,
     timeout: float = 3600.0,
     **options: Any,
 ) -> ClusterReport:
-    """Run ``specs`` across workers; ``cluster`` is ``ray`` or ``local``. Results land under
-    ``root`` (default: the configured store); the report says where each run ran and whether
-    the ledger verifies end to end."""
+    """Run a manifest's runs (or explicit ``specs``) across workers: ``caramba research run
+    --cluster ray``. ``runs`` picks run IDs or labels (default: all); ``cluster`` is ``ray`` or
+    ``local``; ``workers`` defaults to 2 on Ray. The ledger, checkpoints, model versions and the
+    job queue live under ``root`` (default: ``<store>/cluster``). The report says where each run
+    ran, its verdict and model version, and whether the ledger verifies end to end."""
+    if specs is None:
+        if manifest_path is None:
+            raise ClusterError("run_cluster needs a manifest path or explicit run specs")
+        from caramba.orchestrator.manifest import run_specs
+
+        specs = run_specs(manifest_path, runs, overrides=overrides, backend=backend, target=target)
     specs = list(specs)
     if root is None:
         from caramba.config import settings

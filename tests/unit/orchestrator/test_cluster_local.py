@@ -15,7 +15,7 @@ def spec(run_id, **kw):
 
 
 def test_a_sweep_spreads_over_the_workers(tmp_path):
-    report = run_cluster([spec(f"s{i}", seed=i) for i in range(4)], cluster="local", workers=2, root=tmp_path)
+    report = run_cluster(specs=[spec(f"s{i}", seed=i) for i in range(4)], cluster="local", workers=2, root=tmp_path)
     assert report.ok and report.ledger_ok
     assert sorted(len(v) for v in report.by_node().values()) == [2, 2]
     assert {o.result["state"] for o in report.outcomes} == {"verified"}

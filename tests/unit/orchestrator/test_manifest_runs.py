@@ -1,0 +1,85 @@
+"""A manifest's runs on the cluster: the Experiment actor drives the manifest's own model,
+optimizer and data through caramba.train; crash resume gives the uninterrupted numbers."""
+
+import pytest
+
+from caramba.actors import ActorSystem
+from caramba.actors.experiment import GetStatus
+from caramba.actors.notary import Query
+from caramba.actors.services import spawn_experiment, start_services, wait
+from caramba.errors import ConfigError
+from caramba.orchestrator.manifest import run_specs
+from caramba.orchestrator.run import run_cluster
+
+BLOBS = """\
+name: blobs
+topology:
+  inputs:
+    x: {shape: [batch, 2]}
+    label: {shape: [batch], dtype: int64}
+  nodes:
+    - {id: mlp, op: model.mlp_classifier, in: [x], config: {classes: 3, hidden: 8}}
+    - {id: loss, op: loss.cross_entropy, in: [mlp, label]}
+    - {id: accuracy, op: metric.accuracy, in: [mlp, label]}
+datasets:
+  blobs: {source: generated, kind: blobs, n: 240, classes: 3, split: {train: 0.6, val: 0.2, test: 0.2}, feed: {label: y}}
+trainer:
+  loss: loss
+  optimizer: {op: optimizer.adamw, weight_decay: 0.0}
+  lr: 0.03
+  batch_size: 16
+  steps: 30
+checkpoints: {every: 10}
+metrics: [loss, accuracy]
+targets:
+  - name: cpu
+    backend: cpu
+    runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]
+"""
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    path = tmp_path / "blobs.yml"
+    path.write_text(BLOBS)
+    return path
+
+
+def test_manifest_runs_become_run_specs(manifest):
+    specs = run_specs(manifest)
+    assert [s.config["run"] for s in specs] == ["s0", "s1"]
+    s0 = specs[0]
+    assert s0.driver == "manifest" and s0.steps == 30 and s0.checkpoint_every == 10 and s0.model == "blobs"
+    assert s0.run_id.startswith("blobs-") and s0.run_id.endswith("/cpu/s0") and s0.manifest_hash
+    assert [s.seed for s in run_specs(manifest, ["cpu/s1"])] == [1]
+    with pytest.raises(ConfigError, match="has no run 's9'"):
+        run_specs(manifest, ["s9"])
+
+
+def test_a_manifest_sweep_on_the_cluster(manifest, tmp_path):
+    report = run_cluster(manifest, cluster="local", workers=2, root=tmp_path / "cluster")
+    assert report.ok, report
+    assert sorted(len(v) for v in report.by_node().values()) == [1, 1]
+    metrics = report.outcomes[0].result["metrics"]
+    assert metrics["test.accuracy"] > 0.5 and "val.loss" in metrics
+    # running it again finds the verified runs in the ledger instead of training again
+    again = run_cluster(manifest, cluster="local", workers=1, root=tmp_path / "cluster")
+    assert again.ok and [o.result["claim"] for o in again.outcomes] == [o.result["claim"] for o in report.outcomes]
+
+
+def test_a_killed_manifest_run_resumes_to_the_same_result(manifest, tmp_path):
+    (spec,) = run_specs(manifest, ["s0"])
+    with ActorSystem() as system:
+        start_services(system, tmp_path / "a")
+        straight = wait(system, spawn_experiment(system, spec))
+    with ActorSystem() as system:
+        start_services(system, tmp_path / "b")
+        ref = spawn_experiment(system, spec)
+        while ref.ask(GetStatus()).step < 15:
+            system.run_until_idle(max_messages=1)
+        system.kill(ref.name)
+        resumed = wait(system, spawn_experiment(system, spec, name="experiment:again"))
+        assert [e.payload["step"] for e in system.lookup("notary").ask(Query(name="resumed")).entries] == [10]
+    assert straight.state == resumed.state == "verified"
+    assert resumed.last_checkpoint.sha256 == straight.last_checkpoint.sha256
+    assert resumed.metrics == straight.metrics
