@@ -51,6 +51,8 @@ class Option:
 # adding a line here and a package under caramba/backends/.
 BACKENDS: dict[str, str] = {
     "cpu": "caramba.backends.cpu",
+    "xla": "caramba.backends.xla",
+    "onnx": "caramba.backends.onnx",
     "webgpu": "caramba.backends.webgpu",
     "cuda": "caramba.backends.cuda",
 }

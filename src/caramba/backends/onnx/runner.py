@@ -1,0 +1,175 @@
+"""The onnx runner: resident OrtValues; one InferenceSession per graph, run with IO binding.
+
+A graph is exported to ONNX (``caramba.onnx.export`` with the ORT CPU profile). ONNX graphs
+are pure: the state a graph reads is bound as session inputs and the state it writes comes
+back as session outputs, which the runner keeps as its new resident state: no host round
+trip. With a non-CPU execution provider, ORT's CPU fallback is disabled, so a node that
+provider cannot run fails session creation (at compile time) instead of moving to the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+import onnxruntime as ort
+
+from caramba.backends.onnx.capabilities import onnx_capabilities
+from caramba.compute.runner import Executable, Runner
+from caramba.compute.tensor import Tensor
+from caramba.errors import BackendUnavailable, CarambaError, UnsupportedOperation
+from caramba.ir.dtypes import DType
+from caramba.ir.graph import Graph
+from caramba.onnx.export import ORT_CPU, export_graph
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+LEVELS = {
+    "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class KernelFailed(CarambaError):
+    """ONNX Runtime reported an error while running a graph (e.g. an index out of range); the
+    message names the caramba node whose ONNX nodes failed."""
+
+
+class OnnxTensor(Tensor):
+    __slots__ = ("_dtype", "_shape", "runner", "value")
+
+    def __init__(self, value: Any, runner: "OnnxRunner", shape: tuple[int, ...], dtype: DType) -> None:
+        self.value = value
+        self.runner = runner
+        self._shape = shape
+        self._dtype = dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def location(self) -> str:
+        return self.runner.location
+
+    def download(self) -> np.ndarray:
+        self.runner._check_open()
+        return np.array(self.value.numpy(), copy=True)
+
+
+_NODE_NAME = re.compile(r"Name:'([^'|]*)\|")
+
+
+class OnnxExecutable(Executable):
+    def __init__(self, runner: "OnnxRunner", graph: Graph, source: Graph, report: Any) -> None:
+        super().__init__(runner, graph, source, report)
+        self.exported = export_graph(graph, ORT_CPU)
+        self.session = runner._session(self.exported.model, graph)
+        ex = self.exported
+        self._inputs = tuple(ex.inputs.items())
+        self._state_in = tuple(ex.state_inputs.items())
+        self._outputs = tuple((name, ex.outputs[name], graph.type_of(ref)) for name, ref in graph.outputs.items())
+        self._state_out = tuple((name, onnx_name, graph.state[name].type) for name, onnx_name in ex.state_outputs.items())
+        self._out_names = tuple(o[1] for o in self._outputs) + tuple(s[1] for s in self._state_out)
+        self._binding = self.session.io_binding()
+        self._device = runner.device
+
+    @property
+    def model(self) -> Any:
+        """The ONNX model ONNX Runtime runs for this graph."""
+        return self.exported.model
+
+    def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        b = self._binding
+        for name, onnx_name in self._inputs:
+            b.bind_ortvalue_input(onnx_name, inputs[name].value)  # type: ignore[attr-defined]
+        for name, onnx_name in self._state_in:
+            b.bind_ortvalue_input(onnx_name, state[name].value)  # type: ignore[attr-defined]
+        # Rebinding every output to the device makes ORT allocate fresh buffers: results of an
+        # earlier run stay valid (a reused binding would write into them).
+        for onnx_name in self._out_names:
+            b.bind_output(onnx_name, self._device)
+        try:
+            self.session.run_with_iobinding(b)
+        except Exception as exc:  # ORT raises its own exception types
+            raise self._failure(exc) from None
+        values = b.get_outputs()
+        runner = self.runner
+        n = len(self._outputs)
+        for i, (name, _, t) in enumerate(self._state_out):
+            runner.state._values[name] = OnnxTensor(values[n + i], runner, t.shape, t.dtype)
+        return {name: OnnxTensor(values[i], runner, t.shape, t.dtype) for i, (name, _, t) in enumerate(self._outputs)}
+
+    def _failure(self, exc: Exception) -> CarambaError:
+        text = str(exc)
+        m = _NODE_NAME.search(text)
+        node = m.group(1) if m else None
+        status = text.split("Status Message:", 1)[-1].strip() if "Status Message:" in text else text
+        return KernelFailed(f"ONNX Runtime failed: {status}", node=node, backend=self.runner.location)
+
+
+class OnnxRunner(Runner):
+    """Tensors are OrtValues on the provider's device; graphs are ORT sessions."""
+
+    name = "onnx"
+
+    def __init__(self, provider: str = "cpu", threads: int | None = None, opt: str = "all") -> None:
+        super().__init__()
+        available = ort.get_available_providers()
+        if PROVIDERS[provider] not in available:
+            raise BackendUnavailable(
+                f"backend 'onnx:{provider}' is not available here: onnxruntime {ort.__version__} has providers "
+                f"{', '.join(available)}",
+                backend=f"onnx:{provider}",
+                hint="pip install onnxruntime-gpu for the CUDA provider" if provider == "cuda" else None,
+            )
+        self.provider = provider
+        self.threads = threads
+        self.opt = opt
+        self.device = provider  # OrtValue device type: "cpu" or "cuda"
+        self.location = f"onnx:{provider}"
+        self.capabilities = onnx_capabilities()
+
+    def _session(self, model: Any, graph: Graph) -> Any:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = LEVELS[self.opt]
+        if self.threads is not None:
+            so.intra_op_num_threads = self.threads
+        if self.provider != "cpu":
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        try:
+            return ort.InferenceSession(model.SerializeToString(), so, providers=[PROVIDERS[self.provider]])
+        except Exception as exc:
+            m = _NODE_NAME.search(str(exc))
+            raise UnsupportedOperation(
+                f"ONNX Runtime ({PROVIDERS[self.provider]}) refused graph '{graph.name}': {str(exc).splitlines()[0]}",
+                node=m.group(1) if m else None,
+                backend=self.location,
+            ) from None
+
+    def _upload(self, array: np.ndarray, dtype: DType) -> OnnxTensor:
+        # ORT wraps a CPU numpy array without copying: give it a private copy.
+        arr = np.array(array, dtype=dtype.numpy, copy=True, order="C")
+        return OnnxTensor(ort.OrtValue.ortvalue_from_numpy(arr, self.device, 0), self, arr.shape, dtype)
+
+    def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> OnnxTensor:
+        arr = np.full(shape, value, dtype=dtype.numpy)
+        return OnnxTensor(ort.OrtValue.ortvalue_from_numpy(arr, self.device, 0), self, tuple(shape), dtype)
+
+    def check_dtype(self, d: DType) -> None:
+        if d is DType.bfloat16:
+            raise UnsupportedOperation("ONNX Runtime has no bfloat16 arithmetic on this provider", backend=self.location)
+
+    def _compile(self, lowered: Graph, source: Graph, report: Any) -> OnnxExecutable:
+        return OnnxExecutable(self, lowered, source, report)

@@ -1,0 +1,272 @@
+"""The xla runner: resident ``jax.Array`` tensors; one jit-compiled XLA executable per graph.
+
+A graph becomes one pure function ``f(*inputs, *state, *constants) -> (*outputs, *new_state)``:
+state reads are arguments, state writes are results the runner keeps resident. It is traced
+and compiled once, ahead of time, with float64 enabled in a scoped context (the user's
+global ``jax_enable_x64`` is never touched); running it is one call of the compiled
+executable with no host round trip. Index checks (gather, scatter, embedding) come back as
+one small bool vector, since XLA cannot raise from inside a computation.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from caramba.backends.xla.capabilities import xla_capabilities
+from caramba.backends.xla.lowering import RULES, TraceContext
+from caramba.compute.runner import Executable, Runner
+from caramba.compute.tensor import Tensor
+from caramba.errors import BackendUnavailable, CarambaError, StateError
+from caramba.ir.dtypes import DType
+from caramba.ir.dtypes import dtype as as_dtype
+from caramba.ir.graph import Graph, Ref
+
+# Constants larger than this are uploaded once per executable instead of embedded in the HLO.
+INLINE_CONSTANT_LIMIT = 4096
+
+
+def enable_x64():
+    """A scoped float64 context (jax >= 0.6: jax.enable_x64; older: jax.experimental)."""
+    ctx = getattr(jax, "enable_x64", None)
+    if ctx is None:  # pragma: no cover - old jax
+        from jax.experimental import enable_x64 as ctx
+    return ctx(True)
+
+
+class IndexOutOfRange(CarambaError):
+    """An index fed to gather/scatter/embedding is outside the indexed axis."""
+
+
+class LoweringFailed(CarambaError):
+    """A node could not be traced into XLA although the capability table claims it (a bug)."""
+
+
+class XlaTensor(Tensor):
+    __slots__ = ("array", "runner")
+
+    def __init__(self, array: jax.Array, runner: "XlaRunner") -> None:
+        self.array = array
+        self.runner = runner
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> DType:
+        return as_dtype(self.array.dtype)
+
+    @property
+    def location(self) -> str:
+        return self.runner.location
+
+    def _live(self) -> jax.Array:
+        self.runner._check_open()
+        if self.array.is_deleted():
+            raise StateError(
+                f"this {self.location} tensor was donated to a later execution and no longer exists",
+                backend=self.location,
+                hint="read state after the step (runner.state[name]) or create the runner without 'donate'",
+            )
+        return self.array
+
+    def download(self) -> np.ndarray:
+        return np.array(self._live(), copy=True)
+
+    def wait(self) -> "XlaTensor":
+        self._live().block_until_ready()
+        return self
+
+
+class _Core:
+    """One traced and compiled XLA executable, shared by every graph of the same structure."""
+
+    def __init__(self, runner: "XlaRunner", graph: Graph) -> None:
+        self.in_names = tuple(n.id for n in graph.inputs)
+        self.state_names = tuple(graph.state)
+        self.writes = tuple(dict.fromkeys(n.attrs["name"] for n in graph.nodes if n.op == "state.write"))
+        self.checks: list[tuple[int, str]] = []  # (node index, message)
+        self.location = runner.location
+        big = [n for n in graph.nodes if n.op == "graph.constant" and n.attrs["value"].size > INLINE_CONSTANT_LIMIT]
+        self.big_ids = tuple(n.id for n in big)
+        self.graph = graph
+        with enable_x64():
+            self.const_args = tuple(jax.device_put(np.asarray(n.attrs["value"]), runner.device) for n in big)
+            donate = ()
+            if runner.donate:
+                n_in = len(self.in_names)
+                donate = tuple(n_in + i for i, name in enumerate(self.state_names) if name in self.writes)
+            jitted = jax.jit(self._function, donate_argnums=donate)
+            specs = [_spec(graph.node(n).types[0], runner.sharding) for n in self.in_names]
+            specs += [_spec(graph.state[s].type, runner.sharding) for s in self.state_names]
+            specs += [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in self.const_args]
+            self.lowered = jitted.lower(*specs)
+            self.compiled = self.lowered.compile()
+        del self.graph  # the core outlives the graph it was traced from
+        self.n_out = len(graph.outputs)
+
+    def _function(self, *args: jax.Array) -> tuple[jax.Array, ...]:
+        graph = self.graph
+        n_in, n_st = len(self.in_names), len(self.state_names)
+        inputs = dict(zip(self.in_names, args[:n_in]))
+        state = dict(zip(self.state_names, args[n_in : n_in + n_st]))
+        big = dict(zip(self.big_ids, args[n_in + n_st :]))
+        env: dict[Ref, jax.Array] = {}
+        ctx = TraceContext()
+        position = {n.id: i for i, n in enumerate(graph.nodes)}
+        for node in graph.nodes:
+            if node.op == "graph.input":
+                env[Ref(node.id)] = inputs[node.id]
+            elif node.op == "graph.constant":
+                env[Ref(node.id)] = big[node.id] if node.id in big else jnp.asarray(node.attrs["value"])
+            elif node.op == "state.read":
+                env[Ref(node.id)] = state[node.attrs["name"]]
+            elif node.op == "state.write":
+                state[node.attrs["name"]] = env[node.inputs[0]]
+            else:
+                in_types = tuple(graph.type_of(r) for r in node.inputs)
+                try:
+                    fn = RULES[node.op](node, in_types, ctx)
+                    out = fn(*(env[r] for r in node.inputs))
+                except CarambaError:
+                    raise
+                except Exception as exc:
+                    raise LoweringFailed(f"{type(exc).__name__}: {exc}", node=node.id, op=node.op, backend=self.location) from exc
+                outs = out if isinstance(out, tuple) else (out,)
+                for i, (value, t) in enumerate(zip(outs, node.types, strict=True)):
+                    if tuple(value.shape) != t.shape or value.dtype != jnp.dtype(t.dtype.numpy):
+                        raise LoweringFailed(
+                            f"rule produced {value.dtype}{list(value.shape)}, graph says {t}",
+                            node=node.id, op=node.op, backend=self.location,
+                        )
+                    env[Ref(node.id, i)] = value
+        results = [env[r] for r in graph.outputs.values()] + [state[name] for name in self.writes]
+        if ctx.checks:
+            self.checks = [(position[node_id], msg) for _, node_id, msg in ctx.checks]
+            results.append(jnp.stack([jnp.asarray(bad) for bad, _, _ in ctx.checks]))
+        return tuple(results)
+
+
+def _spec(t, sharding) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(t.shape, jnp.dtype(t.dtype.numpy), sharding=sharding)
+
+
+def structure_key(graph: Graph) -> tuple:
+    """What the compiled executable depends on: ops, attributes, types and edges in order,
+    output positions, state, but not node IDs or the graph's name."""
+    index: dict[str, int] = {}
+    items = []
+    for i, n in enumerate(graph.nodes):
+        index[n.id] = i
+        items.append((n.op, n.version, n.attrs.key, n.types, tuple((index[r.node], r.index) for r in n.inputs)))
+    outs = tuple((index[r.node], r.index) for r in graph.outputs.values())
+    return tuple(items), outs, tuple((d.name, d.type, d.init) for d in graph.state.values())
+
+
+# Compiled executables by (device, donation, structure): graphs that differ only in names (and
+# values fed at run time) share one XLA compilation. Bounded, least recently used dropped.
+_CORES: OrderedDict[tuple, _Core] = OrderedDict()
+CORE_CACHE_SIZE = 512
+
+
+def _core(runner: "XlaRunner", graph: Graph) -> _Core:
+    key = (runner.device, runner.donate, structure_key(graph))
+    core = _CORES.get(key)
+    if core is None:
+        core = _Core(runner, graph)
+        _CORES[key] = core
+        while len(_CORES) > CORE_CACHE_SIZE:
+            _CORES.popitem(last=False)
+    else:
+        _CORES.move_to_end(key)
+    return core
+
+
+class XlaExecutable(Executable):
+    def __init__(self, runner: "XlaRunner", graph: Graph, source: Graph, report: Any) -> None:
+        super().__init__(runner, graph, source, report)
+        core = _core(runner, graph)
+        self._core = core
+        self._compiled = core.compiled
+        self._const_args = core.const_args
+        self._in_names = tuple(n.id for n in graph.inputs)  # same order as the core's
+        self._state_names = core.state_names
+        self._writes = core.writes
+        self._checks = [(graph.nodes[i].id, msg) for i, msg in core.checks]
+        self._n_out = core.n_out
+        self._n_checks = len(self._checks)
+
+    def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        args = [inputs[n].array for n in self._in_names]  # type: ignore[attr-defined]
+        args += [state[n].array for n in self._state_names]  # type: ignore[attr-defined]
+        res = self._compiled(*args, *self._const_args)
+        if self._n_checks:
+            bad = np.asarray(res[-1])
+            if bad.any():
+                node_id, msg = self._checks[int(np.argmax(bad))]
+                raise IndexOutOfRange(f"{msg} (node '{node_id}')", node=node_id, backend=self.runner.location)
+        runner = self.runner
+        n_out = self._n_out
+        for i, name in enumerate(self._writes):
+            runner.state._values[name] = XlaTensor(res[n_out + i], runner)
+        return {name: XlaTensor(res[i], runner) for i, name in enumerate(self.output_names)}
+
+    def hlo_text(self) -> str:
+        """The StableHLO module XLA compiled (what `--explain` can show)."""
+        return self._core.lowered.as_text()
+
+
+class XlaRunner(Runner):
+    """Tensors are jax.Arrays committed to one PJRT device; graphs are XLA executables."""
+
+    name = "xla"
+
+    def __init__(self, platform: str = "cpu", plugin: Any = None, donate: bool = False) -> None:
+        super().__init__()
+        self.platform = platform
+        self.plugin = plugin
+        self.donate = donate
+        self.device = _device(platform, plugin)
+        self.location = "xla:cpu" if platform == "cpu" else "xla:gpu"
+        self.sharding = jax.sharding.SingleDeviceSharding(self.device)
+        self.capabilities = xla_capabilities()
+
+    def _upload(self, array: np.ndarray, dtype: DType) -> XlaTensor:
+        with enable_x64():
+            return XlaTensor(jax.device_put(array, self.device), self)
+
+    def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> XlaTensor:
+        with enable_x64():
+            arr = jax.jit(lambda: jnp.full(shape, value, dtype=jnp.dtype(dtype.numpy)), out_shardings=self.sharding)()
+        return XlaTensor(arr, self)
+
+    def _compile(self, lowered: Graph, source: Graph, report: Any) -> XlaExecutable:
+        return XlaExecutable(self, lowered, source, report)
+
+
+def _device(platform: str, plugin: Any):
+    if platform == "cpu":
+        return jax.devices("cpu")[0]
+    if plugin is not None and plugin.path is not None and not plugin.auto:
+        from jax._src import xla_bridge
+
+        try:
+            xla_bridge.register_plugin(platform, library_path=plugin.path)
+        except Exception as exc:  # already initialized backends, bad file, ...
+            raise BackendUnavailable(
+                f"backend 'xla:{platform}' could not register PJRT plugin {plugin.path}: {exc}", backend="xla:gpu"
+            ) from None
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as exc:
+        where = plugin.describe() if plugin is not None else "no plugin"
+        raise BackendUnavailable(
+            f"backend 'xla:{platform}' found no {platform} device ({where}): {exc}", backend="xla:gpu"
+        ) from None
+    return devices[0]

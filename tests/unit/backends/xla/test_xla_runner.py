@@ -1,0 +1,213 @@
+"""The xla backend: resident jax.Arrays, scoped float64, state, checks, lowering refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import caramba
+from caramba import compute, ops
+from caramba.errors import (
+    CarambaError,
+    ConfigError,
+    RunnerClosed,
+    StateError,
+    TransferError,
+    UnsupportedOperation,
+)
+
+
+@pytest.fixture(scope="module")
+def xla():
+    r = compute.new("xla")
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    r = compute.new("cpu")
+    yield r
+    r.close()
+
+
+def run(r, g, **inputs):
+    outs = r.execute(g, None, {k: r.upload(v) for k, v in inputs.items()})
+    return {k: v.download() for k, v in outs.items()}
+
+
+def test_build_info_does_not_import_jax():
+    code = (
+        "import sys; from caramba.compute import build_info; i = build_info('xla');"
+        "print(i.available, 'jax' in sys.modules, 'jaxlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False", "False"]
+
+
+def test_location_and_round_trip_of_every_dtype(xla):
+    assert xla.location == "xla:cpu"
+    for d in ("float64", "float32", "float16", "int64", "int32", "int8", "uint8", "bool"):
+        a = (np.arange(6).reshape(2, 3) % 3).astype(d)
+        t = xla.upload(a)
+        assert t.location == "xla:cpu" and t.shape == (2, 3) and t.dtype.value == d
+        back = t.download()
+        assert back.dtype == a.dtype and np.array_equal(back, a)
+    scalar = xla.upload(np.float64(2.5))
+    assert scalar.shape == () and scalar.download() == 2.5
+
+
+def test_upload_copies_the_host_array(xla):
+    a = np.ones(4)
+    t = xla.upload(a)
+    a[0] = 7.0
+    assert t.download()[0] == 1.0
+
+
+def test_float64_without_touching_global_jax_config(xla):
+    import jax
+
+    before = jax.config.jax_enable_x64
+    g = caramba.trace(lambda x: ops.exp(x) * 3.0, ((5,), "float64"))
+    x = np.linspace(-1, 1, 5)
+    y = run(xla, g, x=x)["out"]
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, np.exp(x) * 3.0, rtol=1e-15)
+    assert jax.config.jax_enable_x64 == before
+
+
+def test_dense_gelu_matches_cpu(xla, cpu):
+    g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((8, 16), "float64"), ((16, 4), "float64"), ((4,), "float64"))
+    rng = np.random.default_rng(0)
+    ins = {"x": rng.standard_normal((8, 16)), "w": rng.standard_normal((16, 4)), "b": rng.standard_normal(4)}
+    np.testing.assert_allclose(run(xla, g, **ins)["out"], run(cpu, g, **ins)["out"], rtol=1e-13, atol=1e-15)
+
+
+def _counter():
+    with caramba.Graph("step") as g:
+        w = g.variable("w", (3,), init="zeros")
+        x = g.input("x", (3,))
+        g.write("w", w + x)
+        g.output("before", w)
+    return g
+
+
+def test_state_stays_resident_between_runs(xla):
+    r = compute.new("xla")
+    try:
+        exe = r.compile(_counter())
+        x = r.upload(np.ones(3))
+        first = exe.run({"x": x})["before"]
+        for _ in range(3):
+            out = exe.run({"x": x})
+        assert np.array_equal(first.download(), np.zeros(3))
+        assert np.array_equal(out["before"].download(), np.full(3, 3.0))
+        assert np.array_equal(r.state["w"].download(), np.full(3, 4.0))
+        assert r.state["w"].location == "xla:cpu"
+    finally:
+        r.close()
+
+
+def test_donated_state_invalidates_old_handles():
+    r = compute.new("xla:cpu,donate")
+    try:
+        exe = r.compile(_counter())
+        x = r.upload(np.ones(3))
+        exe.run({"x": x})
+        old = r.state["w"]
+        exe.run({"x": x})
+        assert np.array_equal(r.state["w"].download(), np.full(3, 2.0))
+        if old.array.is_deleted():  # donation is a hint XLA may decline
+            with pytest.raises(StateError, match="donated"):
+                old.download()
+    finally:
+        r.close()
+
+
+def test_gather_out_of_range_is_an_error_naming_the_node(xla):
+    with caramba.Graph("ga") as g:
+        x = g.input("x", (5,))
+        i = g.input("i", (2,), "int64")
+        g.output("y", ops.gather(x, i, name="pick"))
+    assert run(xla, g, x=np.arange(5.0), i=np.array([-1, 2]))["y"].tolist() == [4.0, 2.0]
+    with pytest.raises(CarambaError, match="out of range") as info:
+        run(xla, g, x=np.arange(5.0), i=np.array([5, 2]))
+    assert info.value.node == "pick"
+
+
+def test_tensors_of_another_runner_are_refused(xla, cpu):
+    g = caramba.trace(lambda x: x * 2.0, ((3,), "float64"))
+    with pytest.raises(TransferError, match="lives on cpu"):
+        xla.execute(g, None, {"x": cpu.upload(np.ones(3))})
+    with pytest.raises(TransferError):
+        xla.state["w"] = cpu.upload(np.ones(3))
+
+
+def test_unclaimed_dtype_is_refused_at_lowering(xla):
+    # bfloat16 is not claimed: refused before anything runs, naming node, op and backend
+    g = caramba.trace(lambda x: ops.exp(x), ((3,), "bfloat16"))
+    with pytest.raises(UnsupportedOperation, match="does not take bfloat16") as info:
+        xla.compile(g)
+    assert info.value.backend == "xla:cpu" and info.value.op is not None
+
+
+def test_capability_table_is_the_lowering_table(xla):
+    from caramba.backends.xla.capabilities import PLUMBING
+    from caramba.backends.xla.lowering import RULES
+
+    assert set(xla.capabilities.ops) == set(RULES) | set(PLUMBING)
+    assert set(RULES) <= set(caramba.ir.all_ops())
+
+
+def test_graphs_differing_only_in_names_share_one_compilation(xla):
+    from caramba.backends.xla import runner as xr
+
+    def build(name, node):
+        with caramba.Graph(name) as g:
+            x = g.input(f"in_{name}", (4,))
+            g.output(f"out_{name}", ops.tanh(x, name=node) * 0.25)
+        return g
+
+    a, b = xla.compile(build("a", "t1")), xla.compile(build("b", "t2"))
+    assert a._core is b._core
+    assert run(xla, build("b", "t2"), in_b=np.zeros(4))["out_b"].tolist() == [0.0] * 4
+    assert xr.structure_key(build("a", "t1")) == xr.structure_key(build("c", "t9"))
+
+
+def test_random_is_reproducible_per_seed_and_key(xla):
+    with caramba.Graph("rng") as g:
+        k = g.input("k", (), "int64")
+        g.output("u", ops.uniform(k, shape=(1000,), seed=3))
+    a = run(xla, g, k=np.int64(1))["u"]
+    b = run(xla, g, k=np.int64(1))["u"]
+    c = run(xla, g, k=np.int64(2))["u"]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert 0.0 <= a.min() and a.max() < 1.0 and abs(a.mean() - 0.5) < 0.05
+
+
+def test_closed_runner_refuses_use():
+    r = compute.new("xla")
+    t = r.upload(np.ones(2))
+    r.close()
+    r.close()
+    with pytest.raises(RunnerClosed):
+        t.download()
+    with pytest.raises(RunnerClosed):
+        r.upload(np.ones(2))
+
+
+def test_platform_options():
+    with pytest.raises(ConfigError, match="one platform option"):
+        compute.new("xla:cpu,cuda")
+    with pytest.raises(ConfigError, match="unknown option 'gpu'"):
+        compute.new("xla:gpu")
+
+
+def test_wait_blocks_until_ready(xla):
+    t = xla.upload(np.ones(3))
+    assert t.wait() is t
