@@ -12,6 +12,8 @@ one (for bias correction). Learning-rate schedules and clipping are built from e
 
 from __future__ import annotations
 
+import numpy as np
+
 from caramba.errors import GraphError
 from caramba.ir.attrs import Attr
 from caramba.ir.dtypes import FLOATS, DType
@@ -210,6 +212,82 @@ lamb = define(
 )
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb")
+
+
+# ---- update rules -------------------------------------------------------------------------
+#
+# The per-element equations of the optimizer ops, written once. ``np`` functions here take
+# scalars and arrays alike, so a backend runs them on whole arrays (NumPy), compiles them into a
+# loop (Numba), or (``caramba.train``'s decomposed optimizers) on graph values, where ``np`` is
+# bound to the matching IR ops: every path performs the same operations in the same order.
+# ``step_size``/``sqrt_c2``/``c1``/``c2`` are the bias corrections of the ``step`` input:
+# ``c1 = 1 - beta1**step``, ``c2 = 1 - beta2**step``, ``step_size = lr / c1``, ``sqrt_c2 = sqrt(c2)``.
+
+
+def sgd_elem(p, g, buf, lr, gs, momentum, dampening, nesterov, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    if momentum != 0.0:
+        buf = momentum * buf + (1.0 - dampening) * g
+        d = g + momentum * buf if nesterov else buf
+    else:
+        d = g
+    return p - lr * d, buf
+
+
+def adam_elem(p, g, m, v, lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2):
+    g = g * gs
+    if wd != 0.0 and not decoupled:
+        g = g + wd * p
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    if decoupled:
+        p = p * (1.0 - lr * wd)
+    return p - step_size * (m / (np.sqrt(v) / sqrt_c2 + eps)), m, v
+
+
+def adamax_elem(p, g, m, u, gs, b1, b2, eps, wd, step_size):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    m = b1 * m + (1.0 - b1) * g
+    u = np.maximum(b2 * u, np.abs(g) + eps)
+    return p - step_size * (m / u), m, u
+
+
+def rmsprop_elem(p, g, v, buf, lr, gs, alpha, eps, momentum, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    v = alpha * v + (1.0 - alpha) * g * g
+    d = g / (np.sqrt(v) + eps)
+    if momentum != 0.0:
+        buf = momentum * buf + d
+        d = buf
+    return p - lr * d, v, buf
+
+
+def adagrad_elem(p, g, s, lr, gs, eps, wd):
+    g = g * gs
+    if wd != 0.0:
+        g = g + wd * p
+    s = s + g * g
+    return p - lr * (g / (np.sqrt(s) + eps)), s
+
+
+def lion_elem(p, g, m, lr, gs, b1, b2, wd):
+    g = g * gs
+    c = b1 * m + (1.0 - b1) * g
+    return p * (1.0 - lr * wd) - lr * np.sign(c), b2 * m + (1.0 - b2) * g
+
+
+def lamb_dir_elem(p, g, m, v, gs, b1, b2, eps, wd, c1, c2):
+    """LAMB's first pass: the new moments and the update direction r (before the trust ratio)."""
+    g = g * gs
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    return (m / c1) / (np.sqrt(v / c2) + eps) + wd * p, m, v
 
 
 # ---- checkpoints ------------------------------------------------------------------------

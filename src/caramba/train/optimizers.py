@@ -1,5 +1,8 @@
 """Optimizers, MLX-style: ``init_single`` declares a parameter's slots, ``apply_single`` emits
-its update. Each update is one ``train.optimizer.<name>`` op (a fused pass on the cpu backend).
+its update. Each update is one ``train.optimizer.<name>`` op (a fused pass on the cpu backend),
+or, with ``fused=False``, the same update rule spelled out in primitive IR ops (math.*,
+reduce.*), which runs on any backend that runs those ops. The choice is explicit: a backend
+that lacks the fused op refuses the graph, it is never rewritten behind your back.
 
 Slots are graph state named ``opt.<optimizer>.<slot>.<parameter>`` (zeros-initialized on the
 device), the step counter is ``opt.step``. ``Optimizer.update`` wires the whole update into a
@@ -10,7 +13,8 @@ op per parameter and the state writes.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +23,8 @@ from caramba import ops
 from caramba.errors import ConfigError
 from caramba.ir.dtypes import DType
 from caramba.ir.graph import Graph, Value
-from caramba.train.clip import clip_by_global_norm
+from caramba.ops import train as rules
+from caramba.train.clip import clip_by_global_norm, sum_of_squares
 from caramba.train.schedules import Schedule, as_schedule
 
 STEP = "opt.step"
@@ -42,23 +47,54 @@ def _betas(betas: Any) -> tuple[float, float]:
     return (_number("beta1", betas[0], 0.0, 1.0, hi_open=True), _number("beta2", betas[1], 0.0, 1.0, hi_open=True))
 
 
+class _GraphMath:
+    """What the update rules call ``np``, bound to IR ops (for decomposed updates)."""
+
+    sqrt = staticmethod(ops.sqrt)
+    abs = staticmethod(ops.abs)
+    maximum = staticmethod(ops.maximum)
+    sign = staticmethod(ops.sign)
+
+
+_GRAPH_RULES: dict[str, Callable[..., Any]] = {}
+
+
+def graph_rule(rule: Callable[..., Any]) -> Callable[..., Any]:
+    """``rule`` (an update rule of ``caramba.ops.train``) evaluated on graph values."""
+    fn = _GRAPH_RULES.get(rule.__name__)
+    if fn is None:
+        fn = types.FunctionType(rule.__code__, {**rule.__globals__, "np": _GraphMath}, rule.__name__, rule.__defaults__)
+        _GRAPH_RULES[rule.__name__] = fn
+    return fn
+
+
+def _bias(beta: float, t: Value) -> Value:
+    """``1 - beta**t`` for the step value ``t`` (already cast to the parameter dtype)."""
+    return 1.0 - ops.pow(t.graph.constant(np.asarray(beta, dtype=t.dtype.numpy)), t)
+
+
 class Optimizer:
     """Base class. Subclasses set ``name`` (the op is ``train.optimizer.<name>``), ``slots``,
     ``uses_step`` and implement ``attrs()``.
 
     ``learning_rate`` is a positive float or a ``Schedule``; ``clip_norm`` (optional) scales
-    all gradients by ``min(1, clip_norm / (global_norm + 1e-6))`` before the update.
+    all gradients by ``min(1, clip_norm / (global_norm + 1e-6))`` before the update; ``fused``
+    (default) emits one ``train.optimizer.*`` op per parameter, ``fused=False`` the same rule in
+    primitive ops. Subclasses implement ``decomposed`` with their update rule.
     """
 
     name = ""
     slots: tuple[str, ...] = ()
     uses_step = False
 
-    def __init__(self, learning_rate: "float | Schedule", clip_norm: float | None = None) -> None:
+    def __init__(self, learning_rate: "float | Schedule", clip_norm: float | None = None, *, fused: bool = True) -> None:
         if not isinstance(learning_rate, Schedule):
             _number("learning_rate", learning_rate, 0.0, lo_open=True)
         self.schedule = as_schedule(learning_rate)
         self.clip_norm = None if clip_norm is None else _number("clip_norm", clip_norm, 0.0, lo_open=True)
+        if not isinstance(fused, bool):
+            raise ConfigError(f"fused must be true or false, got {fused!r}")
+        self.fused = fused
 
     @property
     def op(self) -> str:
@@ -81,12 +117,21 @@ class Optimizer:
 
     def apply_single(self, gradient: Value, parameter: Value, state: Mapping[str, Value], *, lr: Value,
                      grad_scale: Value, step: Value) -> tuple[Value, dict[str, Value]]:
-        """The updated parameter and slots (one ``train.optimizer.*`` node)."""
+        """The updated parameter and slots (one ``train.optimizer.*`` node, or primitive ops)."""
         g = parameter.graph
-        ins = [parameter, gradient, lr, grad_scale] + ([step] if self.uses_step else []) + [state[s] for s in self.slot_names()]
-        out = g.call(self.op, ins, self.attrs())
-        out = out if isinstance(out, tuple) else (out,)
+        slots = [state[s] for s in self.slot_names()]
+        if self.fused:
+            ins = [parameter, gradient, lr, grad_scale] + ([step] if self.uses_step else []) + slots
+            out = g.call(self.op, ins, self.attrs())
+            out = out if isinstance(out, tuple) else (out,)
+        else:
+            t = ops.cast(step, dtype=parameter.dtype) if self.uses_step else None
+            out = self.decomposed(parameter, gradient, slots, lr, grad_scale, t)
         return out[0], dict(zip(self.slot_names(), out[1:], strict=True))
+
+    def decomposed(self, p: Value, g: Value, slots: list[Value], lr: Value, gs: Value, t: Value | None) -> tuple[Value, ...]:
+        """``(p', *slots')`` in primitive ops; ``t`` is the step as a float value (or None)."""
+        raise NotImplementedError
 
     # ---- the whole update -------------------------------------------------------------
 
@@ -126,8 +171,8 @@ class SGD(Optimizer):
     name = "sgd"
 
     def __init__(self, learning_rate, momentum: float = 0.0, weight_decay: float = 0.0, dampening: float = 0.0,
-                 nesterov: bool = False, clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+                 nesterov: bool = False, clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.momentum = _number("momentum", momentum, 0.0)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
         self.dampening = _number("dampening", dampening, 0.0, 1.0)
@@ -144,6 +189,11 @@ class SGD(Optimizer):
         return {"momentum": self.momentum, "dampening": self.dampening, "nesterov": self.nesterov,
                 "weight_decay": self.weight_decay}
 
+    def decomposed(self, p, g, slots, lr, gs, t):
+        buf = slots[0] if slots else p  # unused without momentum
+        out = graph_rule(rules.sgd_elem)(p, g, buf, lr, gs, self.momentum, self.dampening, self.nesterov, self.weight_decay)
+        return out if self.momentum else out[:1]
+
 
 class Adam(Optimizer):
     """``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g²``,
@@ -156,8 +206,8 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, learning_rate, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+                 clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.betas = _betas(betas)
         self.eps = _number("eps", eps, 0.0, lo_open=True)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
@@ -166,6 +216,11 @@ class Adam(Optimizer):
         return {"beta1": self.betas[0], "beta2": self.betas[1], "eps": self.eps,
                 "weight_decay": self.weight_decay, "decoupled": self.decoupled}
 
+    def decomposed(self, p, g, slots, lr, gs, t):
+        b1, b2 = self.betas
+        return graph_rule(rules.adam_elem)(p, g, *slots, lr, gs, b1, b2, self.eps, self.weight_decay, self.decoupled,
+                                           lr / _bias(b1, t), ops.sqrt(_bias(b2, t)))
+
 
 class AdamW(Adam):
     """Adam with decoupled weight decay: ``p *= 1 - lr*wd`` before the Adam step (default wd 0.01)."""
@@ -173,8 +228,8 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, learning_rate, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01,
-                 clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, betas, eps, weight_decay, clip_norm)
+                 clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, betas, eps, weight_decay, clip_norm, fused=fused)
 
 
 class Adamax(Optimizer):
@@ -186,14 +241,18 @@ class Adamax(Optimizer):
     uses_step = True
 
     def __init__(self, learning_rate, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+                 clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.betas = _betas(betas)
         self.eps = _number("eps", eps, 0.0, lo_open=True)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
 
     def attrs(self):
         return {"beta1": self.betas[0], "beta2": self.betas[1], "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def decomposed(self, p, g, slots, lr, gs, t):
+        b1, b2 = self.betas
+        return graph_rule(rules.adamax_elem)(p, g, *slots, gs, b1, b2, self.eps, self.weight_decay, lr / _bias(b1, t))
 
 
 class RMSprop(Optimizer):
@@ -203,8 +262,8 @@ class RMSprop(Optimizer):
     name = "rmsprop"
 
     def __init__(self, learning_rate, alpha: float = 0.99, eps: float = 1e-8, momentum: float = 0.0,
-                 weight_decay: float = 0.0, clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+                 weight_decay: float = 0.0, clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.alpha = _number("alpha", alpha, 0.0, 1.0, hi_open=True)
         self.eps = _number("eps", eps, 0.0, lo_open=True)
         self.momentum = _number("momentum", momentum, 0.0)
@@ -216,6 +275,11 @@ class RMSprop(Optimizer):
     def attrs(self):
         return {"alpha": self.alpha, "eps": self.eps, "momentum": self.momentum, "weight_decay": self.weight_decay}
 
+    def decomposed(self, p, g, slots, lr, gs, t):
+        v, buf = slots[0], slots[1] if self.momentum else p
+        out = graph_rule(rules.rmsprop_elem)(p, g, v, buf, lr, gs, self.alpha, self.eps, self.momentum, self.weight_decay)
+        return out if self.momentum else out[:2]
+
 
 class Adagrad(Optimizer):
     """``s += g²``, ``p -= lr * g/(sqrt(s) + eps)``. Defaults: eps 1e-10, weight_decay 0."""
@@ -223,13 +287,16 @@ class Adagrad(Optimizer):
     name = "adagrad"
     slots = ("s",)
 
-    def __init__(self, learning_rate, eps: float = 1e-10, weight_decay: float = 0.0, clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+    def __init__(self, learning_rate, eps: float = 1e-10, weight_decay: float = 0.0, clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.eps = _number("eps", eps, 0.0, lo_open=True)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
 
     def attrs(self):
         return {"eps": self.eps, "weight_decay": self.weight_decay}
+
+    def decomposed(self, p, g, slots, lr, gs, t):
+        return graph_rule(rules.adagrad_elem)(p, g, *slots, lr, gs, self.eps, self.weight_decay)
 
 
 class Lion(Optimizer):
@@ -239,13 +306,17 @@ class Lion(Optimizer):
     name = "lion"
     slots = ("m",)
 
-    def __init__(self, learning_rate, betas=(0.9, 0.99), weight_decay: float = 0.0, clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+    def __init__(self, learning_rate, betas=(0.9, 0.99), weight_decay: float = 0.0, clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.betas = _betas(betas)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
 
     def attrs(self):
         return {"beta1": self.betas[0], "beta2": self.betas[1], "weight_decay": self.weight_decay}
+
+    def decomposed(self, p, g, slots, lr, gs, t):
+        b1, b2 = self.betas
+        return graph_rule(rules.lion_elem)(p, g, *slots, lr, gs, b1, b2, self.weight_decay)
 
 
 class Lamb(Optimizer):
@@ -257,14 +328,23 @@ class Lamb(Optimizer):
     uses_step = True
 
     def __init__(self, learning_rate, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
-                 clip_norm: float | None = None) -> None:
-        super().__init__(learning_rate, clip_norm)
+                 clip_norm: float | None = None, *, fused: bool = True) -> None:
+        super().__init__(learning_rate, clip_norm, fused=fused)
         self.betas = _betas(betas)
         self.eps = _number("eps", eps, 0.0, lo_open=True)
         self.weight_decay = _number("weight_decay", weight_decay, 0.0)
 
     def attrs(self):
         return {"beta1": self.betas[0], "beta2": self.betas[1], "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def decomposed(self, p, g, slots, lr, gs, t):
+        b1, b2 = self.betas
+        r, m, v = graph_rule(rules.lamb_dir_elem)(p, g, *slots, gs, b1, b2, self.eps, self.weight_decay, _bias(b1, t), _bias(b2, t))
+        pn, rn = ops.sqrt(sum_of_squares(p)), ops.sqrt(sum_of_squares(r))
+        zero = p.graph.constant(np.zeros((), dtype=p.dtype.numpy))
+        both = ops.logical_and(ops.greater(pn, zero), ops.greater(rn, zero))
+        trust = ops.where(both, pn / rn, p.graph.constant(np.ones((), dtype=p.dtype.numpy)))
+        return p - (lr * trust) * r, m, v
 
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {

@@ -1,6 +1,6 @@
 """Numba loops for the optimizer updates in ``train.py`` (imported only when Numba is present).
 
-Each loop applies the element function of ``train.py`` in one pass over flattened float64
+Each loop applies an update rule of ``caramba.ops.train`` in one pass over flattened float64
 arrays (inputs, then outputs, then the scalars of the element function); compiled code is
 cached on disk.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from caramba.backends.cpu.kernels import train as t
+from caramba.ops import train as t
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")  # IEEE division (inf/nan), so loops vectorize
 

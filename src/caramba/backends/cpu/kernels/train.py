@@ -16,6 +16,15 @@ import numpy as np
 from caramba.backends.cpu.kernels import FLOAT, kernel
 from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
+from caramba.ops.train import (
+    adagrad_elem,
+    adam_elem,
+    adamax_elem,
+    lamb_dir_elem,
+    lion_elem,
+    rmsprop_elem,
+    sgd_elem,
+)
 
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
 STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
@@ -149,76 +158,10 @@ def _perplexity(node, ins):
 
 # ---- optimizer updates --------------------------------------------------------------------
 #
-# Each update is written once, per element, with NumPy functions that take scalars as well as
-# arrays (``*_elem``). Large parameters run it as one Numba loop (``_train_loops``); small ones,
+# Each update rule is written once, per element, beside its op (``caramba.ops.train``, the
+# ``*_elem`` functions). Large parameters run it as one Numba loop (``_train_loops``); small ones,
 # and every parameter when Numba is missing, run the same expression on whole arrays. Both
 # perform the same IEEE operations in the same order, so they agree bit for bit.
-
-
-def sgd_elem(p, g, buf, lr, gs, momentum, dampening, nesterov, wd):
-    g = g * gs
-    if wd != 0.0:
-        g = g + wd * p
-    if momentum != 0.0:
-        buf = momentum * buf + (1.0 - dampening) * g
-        d = g + momentum * buf if nesterov else buf
-    else:
-        d = g
-    return p - lr * d, buf
-
-
-def adam_elem(p, g, m, v, lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2):
-    g = g * gs
-    if wd != 0.0 and not decoupled:
-        g = g + wd * p
-    m = b1 * m + (1.0 - b1) * g
-    v = b2 * v + (1.0 - b2) * g * g
-    if decoupled:
-        p = p * (1.0 - lr * wd)
-    return p - step_size * (m / (np.sqrt(v) / sqrt_c2 + eps)), m, v
-
-
-def adamax_elem(p, g, m, u, gs, b1, b2, eps, wd, step_size):
-    g = g * gs
-    if wd != 0.0:
-        g = g + wd * p
-    m = b1 * m + (1.0 - b1) * g
-    u = np.maximum(b2 * u, np.abs(g) + eps)
-    return p - step_size * (m / u), m, u
-
-
-def rmsprop_elem(p, g, v, buf, lr, gs, alpha, eps, momentum, wd):
-    g = g * gs
-    if wd != 0.0:
-        g = g + wd * p
-    v = alpha * v + (1.0 - alpha) * g * g
-    d = g / (np.sqrt(v) + eps)
-    if momentum != 0.0:
-        buf = momentum * buf + d
-        d = buf
-    return p - lr * d, v, buf
-
-
-def adagrad_elem(p, g, s, lr, gs, eps, wd):
-    g = g * gs
-    if wd != 0.0:
-        g = g + wd * p
-    s = s + g * g
-    return p - lr * (g / (np.sqrt(s) + eps)), s
-
-
-def lion_elem(p, g, m, lr, gs, b1, b2, wd):
-    g = g * gs
-    c = b1 * m + (1.0 - b1) * g
-    return p * (1.0 - lr * wd) - lr * np.sign(c), b2 * m + (1.0 - b2) * g
-
-
-def lamb_dir_elem(p, g, m, v, gs, b1, b2, eps, wd, c1, c2):
-    """LAMB's first pass: the new moments and the update direction r (before the trust ratio)."""
-    g = g * gs
-    m = b1 * m + (1.0 - b1) * g
-    v = b2 * v + (1.0 - b2) * g * g
-    return (m / c1) / (np.sqrt(v / c2) + eps) + wd * p, m, v
 
 
 _LOOPS: list = []
