@@ -182,7 +182,9 @@ class LeaseInfo(Message):
 class Experiment(Actor):
     """Runs ``spec`` (a RunSpec as a dict). ``autostart`` begins (or resumes) as soon as the actor
     starts, which is what a supervised restart needs. ``lease`` + ``orchestrator``: renew the
-    lease at every tick and report the outcome to the orchestrator."""
+    lease before recording evidence and report the outcome to the orchestrator. ``run_store``:
+    also record the run, its metrics (as the ledger has them) and its outcome in the run store
+    at that root (what ``caramba research status`` and the web UI show)."""
 
     def __init__(
         self,
@@ -192,8 +194,11 @@ class Experiment(Actor):
         steps_per_tick: int = 1,
         lease: dict[str, Any] | None = None,
         orchestrator: str | None = None,
+        run_store: str | None = None,
     ) -> None:
         self.spec = RunSpec.model_validate(spec)
+        self.run_store_root = run_store
+        self.record: str | None = None  # this run's ID in the run store
         self.services = Services.model_validate(services or {})
         self.autostart = autostart
         self.steps_per_tick = max(1, int(steps_per_tick))
@@ -355,6 +360,7 @@ class Experiment(Actor):
             self.driver.start(spec, initial=initial)
         self.buffer, self.buffer_start = [], self.driver.steps_done + 1
         self.state = "running"
+        self._store_begin()
         self.context.self_ref.tell(Advance())
 
     def _resolve_base(self) -> int | None:
@@ -409,6 +415,7 @@ class Experiment(Actor):
         event = self._emit("event", "progress", {"step": step, "first_step": self.buffer_start, "metrics": columns},
                            [art.hash, self.last.event if self.last else self.intent.hash])
         self.last = CheckpointInfo(step=step, key=info.key, sha256=info.sha256, artifact=art.hash, event=event.hash)
+        self._store_metrics(self.buffer_start, self.buffer, step)
         self.buffer, self.buffer_start = [], step + 1
         verdict = self._notary().ask(ValidityOf(entry=event.hash))
         if not verdict.valid:
@@ -492,6 +499,7 @@ class Experiment(Actor):
         return True
 
     def _report(self, result: dict[str, Any], ok: bool) -> None:
+        self._store_end(result)
         if self.lease is None or self.orchestrator is None:
             return
         from caramba.orchestrator.actor import Complete, Fail
@@ -505,6 +513,55 @@ class Experiment(Actor):
                 ref.ask(Fail(lease_id=self.lease.lease_id, token=self.lease.token, error=str(result.get("error")), retry=False))
         except LeaseLost:
             pass  # someone else holds the job now; their outcome counts
+
+
+    # ---- run store ---------------------------------------------------------------------------------
+    def _runs(self):
+        if self.run_store_root is None:
+            return None
+        from caramba.store.runs import RunStore
+
+        return RunStore(self.run_store_root)
+
+    def _store_begin(self) -> None:
+        store = self._runs()
+        if store is None:
+            return
+        spec = self.spec
+        group, _, name = spec.run_id.partition("/")
+        name = name or spec.run_id
+        old = [r for r in store.list(1000, group_id=group) if r.run_name == name and r.config.get("ledger_run") == spec.run_id]
+        if old:  # a resumed run continues its record
+            self.record = old[0].id
+        else:
+            cfg = spec.config
+            rec = store.create_run(
+                str(cfg.get("experiment") or group.split("-")[0] or spec.run_id), group_id=group, arm=str(cfg.get("arm", "")),
+                target=str(cfg.get("target", "")), run_name=name, seed=spec.seed, backend=str(cfg.get("backend", "cpu")),
+                steps=spec.steps, manifest_path=str(cfg.get("manifest", "")), manifest_sha256=spec.manifest_hash or "",
+                config={"ledger_run": spec.run_id, "spec": spec.model_dump(mode="json"), "intent": self.intent.hash if self.intent else None},
+            )
+            self.record = rec.id
+        store.start(self.record)
+
+    def _store_metrics(self, first: int, rows: list[dict[str, float]], step: int) -> None:
+        store = self._runs()
+        if store is None or self.record is None:
+            return
+        for i, m in enumerate(rows):
+            store.log_metrics(self.record, first + i, m)
+        store.progress(self.record, step)
+
+    def _store_end(self, result: dict[str, Any]) -> None:
+        store = self._runs()
+        if store is None or self.record is None:
+            return
+        state = result.get("state")
+        status = {"verified": "finished", "cancelled": "cancelled"}.get(state, "failed")
+        summary = {**self.summary, "verdict": state, "claim": self.claim, "model_version": self.model_version,
+                   "checkpoint": self.last.key if self.last else None}
+        error = "" if status != "failed" else str(result.get("error") or "; ".join(result.get("reasons", [])) or state)
+        store.finish(self.record, status, summary=summary, error=error)
 
 
 def recorded_metrics(notary, run_id: str) -> tuple[int, dict[str, list[float]]]:

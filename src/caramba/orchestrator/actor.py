@@ -239,7 +239,8 @@ class WorkerStatus(Message):
 class Worker(Actor):
     """One node's worker: while it polls, the leases of its node stay renewed; it watches the
     experiments it spawned and gives back (``Fail``, retry) the lease of one that died. ``profile``: a HardwareProfile dict (default: probe this machine, named
-    ``node_id``); ``services``: names of Notary/Storage/Model actors for its experiments."""
+    ``node_id``); ``services``: names of Notary/Storage/Model actors for its experiments;
+    ``run_store``: the run store root its experiments also record to (None: ledger only)."""
 
     def __init__(
         self,
@@ -250,8 +251,10 @@ class Worker(Actor):
         steps_per_tick: int = 1,
         measure: bool = False,
         status_timeout: float = 2.0,
+        run_store: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self.run_store = run_store
         self.status_timeout = status_timeout
         self.orchestrator = orchestrator
         self.services = services or {}
@@ -316,6 +319,7 @@ class Worker(Actor):
                     "steps_per_tick": self.steps_per_tick,
                     "lease": {"lease_id": g.lease.id, "token": g.lease.token, "job_id": g.job.id},
                     "orchestrator": self.orchestrator,
+                    "run_store": self.run_store,
                 },
                 placement=Placement(node=self.context.node),
             ).tell(Start())

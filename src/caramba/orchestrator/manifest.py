@@ -43,7 +43,7 @@ def run_specs(
             run_id=run_id, driver="manifest", seed=p.run.seed, steps=p.steps,
             checkpoint_every=m.checkpoints.every, model=m.name, manifest_hash=p.prep.sha256,
             config={"manifest": str(path), "overrides": ov, "target": p.target.name, "run": p.run.id, "arm": p.arm,
-                    "backend": p.backend},
+                    "backend": p.backend, "experiment": m.name},
         ))
     if wanted is not None:
         found = {s.config["run"] for s in specs} | {s.run_id.split("/", 1)[1] for s in specs}

@@ -73,7 +73,8 @@ class Cluster:
     """Services + orchestrator + workers on one actor system; a context manager.
 
     ``workers``: how many (default: 2 on Ray, 1 locally); ``clock="manual"`` freezes the
-    orchestrator's clock (tests); ``system``: reuse an existing ActorSystem."""
+    orchestrator's clock (tests); ``system``: reuse an existing ActorSystem; ``run_store``: also
+    record every run in the run store at that root."""
 
     def __init__(
         self,
@@ -89,8 +90,10 @@ class Cluster:
         steps_per_tick: int = 1,
         system: ActorSystem | None = None,
         ray_options: dict[str, Any] | None = None,
+        run_store: str | os.PathLike | None = None,
     ) -> None:
         self.kind = cluster
+        self.run_store = str(Path(run_store).absolute()) if run_store is not None else None
         self.root = Path(root).absolute()
         self.n_workers = workers if workers is not None else (2 if cluster == "ray" else 1)
         self.storage_url = storage_url
@@ -131,7 +134,7 @@ class Cluster:
             Worker,
             f"worker:{node_id}",
             kwargs={"node_id": node_id, "services": self.services.model_dump(), "profile": profile,
-                    "steps_per_tick": self.steps_per_tick},
+                    "steps_per_tick": self.steps_per_tick, "run_store": self.run_store},
             supervision=NEVER,  # a worker that dies stays dead; its leases expire and its jobs move on
         )
         self.workers[node_id] = ref
@@ -209,26 +212,32 @@ def run_cluster(
     target: str | None = None,
     workers: int | None = None,
     root: str | os.PathLike | None = None,
+    run_store: str | os.PathLike | None = None,
     timeout: float = 3600.0,
     **options: Any,
 ) -> ClusterReport:
     """Run a manifest's runs (or explicit ``specs``) across workers: ``caramba research run
     --cluster ray``. ``runs`` picks run IDs or labels (default: all); ``cluster`` is ``ray`` or
     ``local``; ``workers`` defaults to 2 on Ray. The ledger, checkpoints, model versions and the
-    job queue live under ``root`` (default: ``<store>/cluster``). The report says where each run
-    ran, its verdict and model version, and whether the ledger verifies end to end."""
+    job queue live under ``root`` (default: ``<store>/cluster``); manifest runs are also recorded
+    in the run store (``run_store``, default: the configured store) like local runs. The report
+    says where each run ran, its verdict and model version, and whether the ledger verifies."""
     if specs is None:
         if manifest_path is None:
             raise ClusterError("run_cluster needs a manifest path or explicit run specs")
         from caramba.orchestrator.manifest import run_specs
 
         specs = run_specs(manifest_path, runs, overrides=overrides, backend=backend, target=target)
+        if run_store is None:
+            from caramba.config import settings
+
+            run_store = settings().store
     specs = list(specs)
     if root is None:
         from caramba.config import settings
 
         root = Path(settings().store) / "cluster"
-    with Cluster(cluster, root=root, workers=workers, **options) as c:
+    with Cluster(cluster, root=root, workers=workers, run_store=run_store, **options) as c:
         c.submit(specs)
         c.wait(timeout)
         return c.report()

@@ -10,6 +10,7 @@ from caramba.actors.services import spawn_experiment, start_services, wait
 from caramba.errors import ConfigError
 from caramba.orchestrator.manifest import run_specs
 from caramba.orchestrator.run import run_cluster
+from caramba.store.runs import RunStore
 
 BLOBS = """\
 name: blobs
@@ -57,14 +58,22 @@ def test_manifest_runs_become_run_specs(manifest):
 
 
 def test_a_manifest_sweep_on_the_cluster(manifest, tmp_path):
-    report = run_cluster(manifest, cluster="local", workers=2, root=tmp_path / "cluster")
+    report = run_cluster(manifest, cluster="local", workers=2, root=tmp_path / "cluster", run_store=tmp_path / "runs")
     assert report.ok, report
     assert sorted(len(v) for v in report.by_node().values()) == [1, 1]
     metrics = report.outcomes[0].result["metrics"]
     assert metrics["test.accuracy"] > 0.5 and "val.loss" in metrics
     # running it again finds the verified runs in the ledger instead of training again
-    again = run_cluster(manifest, cluster="local", workers=1, root=tmp_path / "cluster")
+    again = run_cluster(manifest, cluster="local", workers=1, root=tmp_path / "cluster", run_store=tmp_path / "runs")
     assert again.ok and [o.result["claim"] for o in again.outcomes] == [o.result["claim"] for o in report.outcomes]
+    # the runs are in the run store too, as `caramba research status` shows them
+    store = RunStore(tmp_path / "runs")
+    recs = sorted(store.list(), key=lambda r: r.run_name)
+    assert [(r.experiment, r.run_name, r.status, r.step) for r in recs] == [
+        ("blobs", "cpu/s0", "finished", 30), ("blobs", "cpu/s1", "finished", 30)]
+    steps, losses = store.series(recs[0].id, "loss", "train")
+    assert steps == list(range(1, 31)) and losses[-1] < losses[0] and recs[0].summary["verdict"] == "verified"
+    assert recs[0].summary["test.accuracy"] == metrics["test.accuracy"] or recs[1].summary["test.accuracy"] == metrics["test.accuracy"]
 
 
 def test_a_killed_manifest_run_resumes_to_the_same_result(manifest, tmp_path):
