@@ -1,0 +1,91 @@
+"""safetensors files and the in-graph checkpoint op."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from caramba import compute, ir
+from caramba.ops import train as train_ops
+from caramba.train import CheckpointError, load_checkpoint, read_checkpoint, safetensors, save_checkpoint
+
+
+def test_safetensors_layout_is_the_published_format(tmp_path):
+    tensors = {"b": np.arange(3, dtype=np.int32), "a": np.array([[1.5, -2.0]]), "m": np.array([True, False])}
+    path = safetensors.save(tmp_path / "x.safetensors", tensors, {"k": "v"})
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0
+    header = json.loads(raw[8 : 8 + n])
+    assert header["__metadata__"] == {"k": "v"}
+    assert header["a"] == {"dtype": "F64", "shape": [1, 2], "data_offsets": [0, 16]}
+    assert header["b"] == {"dtype": "I32", "shape": [3], "data_offsets": [16, 28]}
+    assert header["m"] == {"dtype": "BOOL", "shape": [2], "data_offsets": [28, 30]}
+    assert raw[8 + n : 8 + n + 16] == np.array([1.5, -2.0], dtype="<f8").tobytes()
+    back, meta = safetensors.load(path)
+    assert meta == {"k": "v"}
+    for k, v in tensors.items():
+        np.testing.assert_array_equal(back[k], v)
+        assert back[k].dtype == v.dtype
+
+
+def test_safetensors_package_reads_our_files(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    path = safetensors.save(tmp_path / "y.safetensors", {"w": np.eye(2)}, {"step": "3"})
+    np.testing.assert_array_equal(st.load_file(str(path))["w"], np.eye(2))
+
+
+def _framed(header: dict) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\x01", "too short"),
+    (struct.pack("<Q", 1000) + b"{}", "header length 1000 is out of range"),
+    (struct.pack("<Q", 2) + b"{x", "header is not JSON"),
+    (_framed({"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 8]}}) + bytes(8), "do not fit"),
+])
+def test_malformed_files_are_named_errors(tmp_path, data, message):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(data)
+    with pytest.raises(CheckpointError, match=message):
+        safetensors.load(p)
+
+
+def test_runner_state_round_trip_with_metadata(tmp_path):
+    with compute.new("cpu") as r:
+        r.state["w"] = r.upload(np.arange(6.0).reshape(2, 3))
+        r.state["opt.step"] = r.upload(np.array(12, dtype=np.int64))
+        path = save_checkpoint(tmp_path / "c.safetensors", r, step=12, graph_hash="abc", manifest_hash="def")
+    tensors, info = read_checkpoint(path)
+    assert (info.step, info.graph_hash, info.manifest_hash) == (12, "abc", "def")
+    with compute.new("cpu") as r2:
+        load_checkpoint(path, r2, expect_graph_hash="abc")
+        np.testing.assert_array_equal(r2.state["w"].download(), tensors["w"])
+        with pytest.raises(CheckpointError, match="was saved from graph abc"):
+            load_checkpoint(path, r2, expect_graph_hash="other")
+    plain = safetensors.save(tmp_path / "plain.safetensors", {"w": np.zeros(2)})
+    with pytest.raises(CheckpointError, match="is not a caramba checkpoint"):
+        read_checkpoint(plain)
+
+
+def test_checkpoint_node_is_an_effect_the_compiler_keeps(tmp_path):
+    with ir.Graph("ck") as g:
+        step = g.input("step", (), "int64")
+        w = g.input("w", (3,))
+        train_ops.save(step, w * 2.0, path=str(tmp_path / "s{step}.safetensors"), names="w2", every=5)
+        g.output("w", w)  # the checkpoint's result is not an output
+    assert ir.get_op("train.checkpoint.save").effect is ir.Effect.checkpoint
+    with compute.new("cpu") as r:
+        exe = r.compile(g)
+        assert any(n.op == "train.checkpoint.save" for n in exe.graph.nodes)
+        for s in range(1, 11):
+            exe.run({"step": r.upload(np.array(s, dtype=np.int64)), "w": r.upload(np.full(3, float(s)))})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s10.safetensors", "s5.safetensors"]
+    tensors, meta = safetensors.load(tmp_path / "s10.safetensors")
+    np.testing.assert_array_equal(tensors["w2"], np.full(3, 20.0))
+    assert meta["step"] == "10"
