@@ -359,12 +359,12 @@ def _resolve_checkpoint(ref: str, prep: Prepared, store: Any) -> Path:
         if cand.is_file():
             return cand
     try:
-        if ref == "latest":
-            runs = [r for r in store.list(200, experiment=None) if r.status == "finished" and store.artifacts(r.id, "checkpoint")]
-            same = [r for r in runs if r.summary.get("graph_params") == _param_signature(prep)]
-            if not same:
+        if ref == "latest":  # the newest finished run of a model with exactly these parameters
+            sig = _param_signature(prep)
+            rec = next((r for r in store.list(500) if r.status == "finished" and r.summary.get("graph_params") == sig
+                        and store.artifacts(r.id, "checkpoint")), None)
+            if rec is None:
                 raise RunNotFound("no finished run with a checkpoint of this model in the store")
-            rec = same[0]
         else:
             rec = store.get(ref)
     except RunNotFound as exc:
@@ -468,8 +468,9 @@ def _train_and_evaluate(plan: RunPlan, store: Any, run_id: str, progress: Progre
             trainer.init(plan.run.seed)
         store.add_artifact(run_id, "ir/train_step.txt", step_graph.graph.as_text(), kind="ir")
         splits = [s for s in ("val", "test") if ds.size(s)]
-        eval_batch = t.eval_batch_size or min(max(batch, 512) if ds.fields and _is_small(ds) else batch,
-                                             max(ds.size(s) for s in splits) if splits else batch)
+        # Default eval batch: whole small splits at once (one compiled graph); the train batch for text.
+        eval_batch = t.eval_batch_size or (batch if _is_text(ds) else max(batch, 512))
+        eval_batch = min(eval_batch, max((ds.size(s) for s in splits), default=batch))
         evaluator = _Evaluator(step_graph, trainer, prep, metrics, max(1, eval_batch), t.eval_batches)
         rng = np.random.default_rng(plan.run.seed)
         stream = ds.train_batches(batch, rng) if steps else iter(())
@@ -523,10 +524,10 @@ def _train_and_evaluate(plan: RunPlan, store: Any, run_id: str, progress: Progre
         runner.close()
 
 
-def _is_small(ds: Any) -> bool:
+def _is_text(ds: Any) -> bool:
     from caramba.data import TextDataset
 
-    return not isinstance(ds, TextDataset)
+    return isinstance(ds, TextDataset)
 
 
 def _checkpoint(trainer: Any, store: Any, run_id: str, step: int, prep: Prepared, keep: int) -> None:

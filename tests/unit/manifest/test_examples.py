@@ -41,3 +41,39 @@ def test_quickstart_manifest_reaches_95_percent_on_held_out_digits(tmp_path):
     info = inspect_run(run.run_id, store)
     assert info["final"]["test"]["accuracy"] == run.summary["test.accuracy"]
     assert info["plot"] is not None and info["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _fuse_softmax_mask_bug() -> bool:
+    """The compiler's fuse pass pulls the sdpa VJP's bool causal mask into fused.softmax, which the
+    cpu backend does not claim for bool inputs, so the char-GPT train step is refused on cpu
+    (compiler/fuse.py softmax legality checks only the softmax node's own dtypes)."""
+    from caramba import autodiff, ops
+    from caramba.compute import new
+    from caramba.errors import UnsupportedOperation
+    from caramba.ir import Graph
+
+    with Graph() as g:
+        q = g.variable("q", (1, 1, 4, 2))
+        y = ops.sdpa(q, q, q, causal=True)
+        loss = y.sum()
+        g.output("d", autodiff.grad(loss, "q"))
+    try:
+        with new("cpu") as r:
+            r.compile(g)
+    except UnsupportedOperation as exc:
+        if "fused.softmax" in str(exc) and "bool" in str(exc):
+            return True
+        raise
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(_fuse_softmax_mask_bug(), strict=True, reason="fuse pass: fused.softmax with a bool mask input is not legal on cpu")
+def test_char_gpt_validation_loss_ends_well_below_the_unigram_baseline(tmp_path):
+    res = run_experiment(EXAMPLES / "char_gpt.yml", ["trainer.steps=150", "trainer.eval_every=0"],
+                         store=RunStore(tmp_path))
+    assert res.ok, [r.error for r in res.runs]
+    s = res.runs[0].summary
+    baseline = s["baseline.unigram_val_loss"]
+    assert 2.5 < baseline < 4.0  # English text: a few nats per character
+    assert s["val.loss"] < baseline - 0.5, s
