@@ -45,7 +45,8 @@ clamp = unary(
     "math.clamp",
     NUMERIC,
     (Attr("min", "float?", None), Attr("max", "float?", None)),
-    doc="min(max(x, min), max); either bound may be omitted",
+    doc="min(max(x, min), max); either bound may be omitted; NaN stays NaN. For integer x the"
+    " bounds round inward (ceil(min), floor(max)), so the result is the nearest integer in range.",
 )
 
 equal = binary("math.equal", ALL, out_dtype=DType.bool, traits={"commutative"}, differentiable=False, doc="x == y")
@@ -82,5 +83,7 @@ cast = define(
     1,
     (Attr("dtype", "dtype"),),
     traits={"elementwise"},
-    doc="Convert to ``dtype`` (float->int truncates toward zero; ->bool is x != 0).",
+    doc="Convert to ``dtype`` (float->int truncates toward zero; ->bool is x != 0; float->float"
+    " rounds to nearest even, overflowing to inf). Values outside an integer target's range, and"
+    " NaN to integer, are undefined.",
 )
