@@ -135,11 +135,12 @@ def register(app: typer.Typer) -> None:
                                     progress=CliProgress())
         finally:
             bar.close()
-        cols = [c for c in result.columns() if not c.startswith("baseline.") and c not in ("params", "compile_seconds",
-                                                                                            "train_seconds", "steps")]
+        metric_cols = [c for c in result.columns() if c == "train.loss" or c.startswith(("val.", "test."))]
+        cols = metric_cols + [c for c in ("samples_per_s", "seconds") if c in result.columns()]
+        headers = {"samples_per_s": "samples/s", "seconds": "time (s)"}
         table = Table(title=f"{result.experiment}" + (f": ranked by {result.metric} ({result.mode})" if result.metric else ""))
         for col in ("run", "status", *cols):
-            table.add_column(col, overflow="fold")
+            table.add_column(headers.get(col, col), overflow="fold")
         for r in result.ranked():
             status = "[green]finished[/]" if r.status == "finished" else f"[red]{r.status}[/]"
             table.add_row(escape(r.label), status, *(_fmt(r.summary.get(c)) for c in cols))
