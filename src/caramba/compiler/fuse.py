@@ -52,7 +52,6 @@ class Fusion:
     node: Node
     replaced: list[str]
     subst: dict[Ref, Ref] = field(default_factory=dict)
-    at: str | None = None  # place the fused node where this node was (default: node.id)
 
 
 class Fuser:
@@ -321,7 +320,7 @@ def _activation(node: Node) -> str | None:
 
 def _apply(graph: Graph, fusions: list[Fusion]) -> Graph:
     replaced = {i for f in fusions for i in f.replaced}
-    at = {(f.at or f.node.id): f.node for f in fusions}
+    at = {f.node.id: f.node for f in fusions}  # a fused node takes the place of the node it computes
     subst: dict[Ref, Ref] = {}
     for f in fusions:
         subst.update(f.subst)

@@ -257,3 +257,21 @@ def test_scalar_constants_are_embedded_and_big_constants_are_inputs(caps):
     (node,) = _fused(_fuse(g, caps).graph)
     e = F.decode_expr(node.attrs["expr"])
     assert len(node.inputs) == 2 and sum(s.op == "graph.constant" for s in e.steps) == 1
+
+
+def test_a_cpu_runner_without_numba_runs_everything_unfused(monkeypatch):
+    from caramba.backends.cpu.runner import CpuRunner
+
+    monkeypatch.setattr(cpu_fused, "numba_status", lambda: (False, "numba does not import"))
+    with CpuRunner() as runner:
+        assert not runner.capabilities.fusions
+        g = _mlp_layer(ops.gelu)
+        exe = runner.compile(g)
+        assert not _fused(exe.graph) and exe.plan is not None and exe.plan.slots
+        rng = np.random.default_rng(0)
+        x, w, b = rng.standard_normal((8, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+        y = exe.run({"x": runner.upload(x), "w": runner.upload(w), "b": runner.upload(b)})["y"].download()
+        import scipy.special as sc
+
+        z = x @ w + b
+        np.testing.assert_allclose(y, 0.5 * z * sc.erfc(-z / np.sqrt(2)), rtol=1e-14)
