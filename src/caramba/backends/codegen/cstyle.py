@@ -32,6 +32,10 @@ class Emitter:
     storage_names: dict[DType, str] = {}
     storage_numpy: dict[DType, np.dtype] = {}
     max_workgroup = 256
+    # True: sizes, strides and offsets are baked into the kernel text (fastest code, one kernel
+    # per shape). False: they are read from the kernel's params buffer (``cb_p``), so one kernel
+    # serves every shape with the same structure (fewer pipelines for drivers that compile slowly).
+    specialize = True
 
     def __init__(self, float64: bool = True) -> None:
         # float64=False: the float32 contract, float64 graph values are computed and stored as f32
@@ -209,10 +213,18 @@ class KernelWriter:
         self.shared: list[tuple[str, DType, int]] = []
         self.lines: list[str] = []
         self.helpers: dict[str, str] = {}  # function name -> text, in dependency order
+        self.values: list[int] = []  # the params buffer, when the emitter does not specialize
         self._depth = 1
         self._names: dict[str, int] = {}
 
     # ---- declarations --------------------------------------------------------------------
+    def num(self, v: int) -> str:
+        """An integer size, stride or offset: a literal, or a slot of the params buffer."""
+        if self.e.specialize:
+            return str(int(v))
+        self.values.append(int(v))
+        return f"cb_p[{len(self.values) - 1}]"
+
     def param(self, name: str, d: DType | None, access: str) -> str:
         self.params.append(Param(name, d, access))
         return name
@@ -319,8 +331,10 @@ class KernelWriter:
 
     # ---- finishing -----------------------------------------------------------------------
     def finish(self, groups: int) -> Kernel:
+        if self.values:
+            self.params.append(Param("cb_p", None, "params"))
         source = self.e.module(self)
-        return Kernel(self.name, self.e.lang, source, tuple(self.params), self.workgroup, int(groups))
+        return Kernel(self.name, self.e.lang, source, tuple(self.params), self.workgroup, int(groups), tuple(self.values))
 
 
 # ---- index arithmetic shared by every kernel family -------------------------------------
@@ -352,18 +366,19 @@ def unravel(w: KernelWriter, flat: str, shape: Sequence[int], stem: str = "c") -
         if k == len(live) - 1:
             coords[i] = w.let(INDEX, rem, stem)
         else:
-            coords[i] = w.let(INDEX, f"{rem} % {shape[i]}", stem)
-            rem = w.let(INDEX, f"{rem} / {shape[i]}", "r")
+            n = w.num(shape[i])
+            coords[i] = w.let(INDEX, f"{rem} % {n}", stem)
+            rem = w.let(INDEX, f"{rem} / {n}", "r")
     return coords
 
 
-def offset(coords: Sequence[str], strides: Sequence[int], base: int = 0) -> str:
+def offset(w: KernelWriter, coords: Sequence[str], strides: Sequence[int], base: int = 0) -> str:
     """``base + sum(coord * stride)`` as text, skipping zero terms."""
-    terms = [str(base)] if base else []
+    terms = [w.num(base)] if base else []
     for c, s in zip(coords, strides, strict=True):
         if s == 0 or c == "0":
             continue
-        terms.append(c if s == 1 else f"{c} * {s}")
+        terms.append(c if s == 1 else f"{c} * {w.num(s)}")
     if not terms:
         return "0"
     return " + ".join(terms)

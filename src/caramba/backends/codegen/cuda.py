@@ -97,6 +97,8 @@ class CudaEmitter(Emitter):
         for p in w.params:
             if p.access == "error":
                 params.append("unsigned int* __restrict__ cb_err")
+            elif p.access == "params":
+                params.append("const long long* __restrict__ cb_p")
             elif p.access == "read":
                 params.append(f"const {self.storage(p.dtype)}* __restrict__ {p.name}")
             else:

@@ -61,6 +61,7 @@ def make_plan(graph: Graph, e: Emitter) -> Plan:
     state_reads: dict[Ref, str] = {}
     state_writes: list[tuple[str, Ref]] = []
     steps: list[Step] = []
+    written: dict[str, Ref] = {}  # a read after a write (in program order) sees the written value
     for node in graph.nodes:
         outs = node.outputs
         for r, t in zip(outs, node.types, strict=True):
@@ -71,9 +72,14 @@ def make_plan(graph: Graph, e: Emitter) -> Plan:
         elif node.op == "graph.constant":
             constants[outs[0]] = node.attrs["value"]
         elif node.op == "state.read":
-            state_reads[outs[0]] = node.attrs["name"]
+            name = node.attrs["name"]
+            if name in written:
+                root[outs[0]] = root[written[name]]
+            else:
+                state_reads[outs[0]] = name
         elif node.op == "state.write":
             state_writes.append((node.attrs["name"], node.inputs[0]))
+            written[node.attrs["name"]] = node.inputs[0]
         else:
             in_types = tuple(graph.type_of(r) for r in node.inputs)
             program = generate(node, in_types, e)

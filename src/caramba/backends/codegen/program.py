@@ -17,7 +17,8 @@ from caramba.ir.dtypes import DType
 
 @dataclass(frozen=True)
 class Param:
-    """A buffer parameter of a kernel: ``access`` is ``read``, ``write`` or ``error``."""
+    """A buffer parameter of a kernel: ``access`` is ``read``, ``write``, ``error`` (the shared
+    error flag) or ``params`` (the kernel's integer parameters, bound by the runtime)."""
 
     name: str
     dtype: DType | None  # None for the error flag
@@ -27,7 +28,8 @@ class Param:
 @dataclass(frozen=True)
 class Kernel:
     """One compute kernel: complete source text, its buffer parameters in binding order, the
-    workgroup size and how many workgroups one launch runs."""
+    workgroup size, how many workgroups one launch runs, and the values of its params buffer
+    (sizes and strides, when the emitter does not bake them into the text)."""
 
     name: str
     lang: str
@@ -35,6 +37,7 @@ class Kernel:
     params: tuple[Param, ...]
     workgroup: int
     groups: int
+    values: tuple[int, ...] = ()
 
     @property
     def checks(self) -> bool:

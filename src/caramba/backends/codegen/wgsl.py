@@ -30,6 +30,7 @@ class WgslEmitter(Emitter):
     lang = "wgsl"
     index_type = "i32"
     max_workgroup = 256
+    specialize = False  # sizes come from a params buffer: lavapipe JIT-compiles every new shader
 
     def __init__(self, float64: bool = True, int64: bool = True) -> None:
         super().__init__(float64)
@@ -137,6 +138,8 @@ class WgslEmitter(Emitter):
         for i, p in enumerate(w.params):
             if p.access == "error":
                 out.append(f"@group(0) @binding({i}) var<storage, read_write> cb_err: array<atomic<u32>>;")
+            elif p.access == "params":
+                out.append(f"@group(0) @binding({i}) var<storage, read> cb_p: array<i32>;")
             else:
                 mode = "read" if p.access == "read" else "read_write"
                 out.append(f"@group(0) @binding({i}) var<storage, {mode}> {p.name}: array<{self.storage(p.dtype)}>;")

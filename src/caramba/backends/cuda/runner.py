@@ -114,19 +114,24 @@ class CudaExecutable(Executable):
             for ref, name in plan.state_reads.items():
                 arrays[ref] = state[name].array  # type: ignore[attr-defined]
             err = cupy.zeros(1, dtype=np.uint32) if plan.checks else None
+
+            def get(ref: Ref) -> Any:
+                # a value with no array of its own shares its root's (e.g. a read after a write)
+                a = arrays.get(ref)
+                return a if a is not None else arrays[plan.root[ref]].reshape(plan.types[ref].shape)
+
             for i, st in enumerate(plan.steps):
                 for j, ref in enumerate(st.outputs):
                     t = plan.types[ref]
                     if j in st.program.views:
-                        src = arrays[plan.root[st.inputs[st.program.views[j]]]]
-                        arrays[ref] = src.reshape(t.shape)
+                        arrays[ref] = get(st.inputs[st.program.views[j]]).reshape(t.shape)
                     else:
                         arrays[ref] = cupy.empty(t.shape, dtype=t.dtype.numpy)
                 temps = [cupy.empty(tm.size, dtype=tm.dtype.numpy) for tm in st.program.temps]
 
                 def resolve(slot: Slot, st=st, temps=temps, i=i) -> Any:
                     if slot.kind == "in":
-                        return arrays[st.inputs[slot.index]]
+                        return get(st.inputs[slot.index])
                     if slot.kind == "out":
                         return arrays[st.outputs[slot.index]]
                     if slot.kind == "tmp":
@@ -150,14 +155,16 @@ class CudaExecutable(Executable):
                     node=nodes[0] if len(nodes) == 1 else None, backend=runner.location,
                 )
             for name, ref in plan.state_writes:
-                runner.state._values[name] = CudaTensor(arrays[ref], runner)
-            return {name: CudaTensor(arrays[ref], runner) for name, ref in plan.outputs.items()}
+                runner.state._values[name] = CudaTensor(get(ref), runner)
+            return {name: CudaTensor(get(ref), runner) for name, ref in plan.outputs.items()}
 
     def _launch(self, launch: Launch, resolve) -> None:
         k: Kernel = launch.kernel
         if k.groups == 0:
             return
         args = tuple(resolve(s) for s in launch.args)
+        if k.values:  # only when the emitter does not bake sizes in (the cuda emitter does)
+            args = args + (self.runner._device_array(np.asarray(k.values, dtype=np.int64)),)
         self.functions[k.source]((k.groups,), (k.workgroup,), args)
 
 

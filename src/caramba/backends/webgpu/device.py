@@ -133,7 +133,8 @@ class Device:
         if bgl is None:
             entries = []
             for i, access in enumerate(key):
-                kind = wgpu.BufferBindingType.read_only_storage if access == "read" else wgpu.BufferBindingType.storage
+                ro = access in ("read", "params")
+                kind = wgpu.BufferBindingType.read_only_storage if ro else wgpu.BufferBindingType.storage
                 entries.append({"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}})
             bgl = self.device.create_bind_group_layout(entries=entries)
             self.layouts[key] = bgl

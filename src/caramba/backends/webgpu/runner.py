@@ -105,6 +105,8 @@ class WebGPUExecutable(Executable):
         # compile every kernel now (cached per device by source): nothing compiles at run time
         self.pipelines = {k.source: dev.pipeline(k.source, k.params) for k in self.plan.kernels}
         self.consts = {ref: runner._upload_array(np.asarray(v), self.plan.types[ref].dtype) for ref, v in self.plan.constants.items()}
+        # each kernel's sizes and strides (its params buffer), uploaded once
+        self.params = {k.values: runner._params_buffer(k.values) for k in self.plan.kernels if k.values}
         self.node_consts = [
             [runner._upload_array(c, self._const_dtype(c)) for c in st.program.consts] for st in self.plan.steps
         ]
@@ -186,6 +188,8 @@ class WebGPUExecutable(Executable):
             return
         pipe, bgl = self.pipelines[k.source]
         entries = [{"binding": b, "resource": {"buffer": resolve(s)}} for b, s in enumerate(launch.args)]
+        if k.values:
+            entries.append({"binding": len(entries), "resource": {"buffer": self.params[k.values]}})
         group = dev.create_bind_group(layout=bgl, entries=entries)
         cpass.set_pipeline(pipe)
         cpass.set_bind_group(0, group)
@@ -210,12 +214,22 @@ class WebGPURunner(Runner):
         )
         self.pool = Pool(self)
         self._err = None
+        self._params: dict[tuple[int, ...], Any] = {}
 
     # ---- buffers ---------------------------------------------------------------------------
     def _new_buffer(self, size: int) -> Any:
         wgpu = _wgpu()
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         return self.dev.device.create_buffer(size=size, usage=usage)
+
+    def _params_buffer(self, values: tuple[int, ...]) -> Any:
+        buf = self._params.get(values)
+        if buf is None:
+            data = np.asarray(values, dtype=np.int32)
+            buf = self._new_buffer(max(16, -(-data.nbytes // 16) * 16))
+            self.dev.device.queue.write_buffer(buf, 0, data)
+            self._params[values] = buf
+        return buf
 
     def _error_buffer(self) -> Any:
         if self._err is None:
@@ -245,7 +259,10 @@ class WebGPURunner(Runner):
             k = fill_kernel(self.emitter, n, dtype, value)
             pipe, bgl = self.dev.pipeline(k.source, k.params)
             dev = self.dev.device
-            group = dev.create_bind_group(layout=bgl, entries=[{"binding": 0, "resource": {"buffer": buf}}])
+            entries = [{"binding": 0, "resource": {"buffer": buf}}]
+            if k.values:
+                entries.append({"binding": 1, "resource": {"buffer": self._params_buffer(k.values)}})
+            group = dev.create_bind_group(layout=bgl, entries=entries)
             enc = dev.create_command_encoder()
             p = enc.begin_compute_pass()
             p.set_pipeline(pipe)
@@ -260,4 +277,5 @@ class WebGPURunner(Runner):
 
     def _close(self) -> None:
         self.pool.clear()
+        self._params.clear()
         self._err = None

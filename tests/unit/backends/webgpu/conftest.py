@@ -48,6 +48,8 @@ def _run_kernel(runner, kernel, inputs: list[np.ndarray], out_dtype, n_out: int)
     tensors = [runner.upload(a) for a in inputs]
     out = runner.fill((n_out,), out_dtype, 0.0)
     entries = [{"binding": i, "resource": {"buffer": t.buffer}} for i, t in enumerate([*tensors, out])]
+    if kernel.values:
+        entries.append({"binding": len(entries), "resource": {"buffer": runner._params_buffer(kernel.values)}})
     group = dev.device.create_bind_group(layout=bgl, entries=entries)
     enc = dev.device.create_command_encoder()
     p = enc.begin_compute_pass()

@@ -63,7 +63,7 @@ def map_writer(e: Emitter, name: str, n: int, wg: int = MAP_WG) -> KernelWriter:
     """A one-thread-per-element kernel over ``n`` elements; threads past ``n`` return."""
     w = KernelWriter(e, name, wg)
     w._n = n  # type: ignore[attr-defined]
-    w.line(f"if (gid >= {n}) {{ return; }}")
+    w.line(f"if (gid >= {w.num(n)}) {{ return; }}")
     return w
 
 
@@ -76,7 +76,7 @@ def row_writer(e: Emitter, name: str, rows: int, wg: int = ROW_WG) -> KernelWrit
     """A one-workgroup-per-row kernel: ``group`` is the row; surplus workgroups return (uniformly)."""
     w = KernelWriter(e, name, wg)
     w._n = rows  # type: ignore[attr-defined]
-    w.line(f"if (group >= {rows}) {{ return; }}")
+    w.line(f"if (group >= {w.num(rows)}) {{ return; }}")
     return w
 
 
@@ -109,7 +109,7 @@ def workgroup_reduce(
     """Every thread folds a strided share of ``load(j)`` for j < n, then the workgroup combines;
     returns a local every thread holds the result in (the shared array is free again after)."""
     acc = w.var(d, init, "acc")
-    with w.loop("lid", str(n), str(w.workgroup), "j") as j:
+    with w.loop("lid", w.num(n), str(w.workgroup), "j") as j:
         w.set(acc, combine(acc, load(j)))
     sh = w.shared_array(d, w.workgroup)
     w.set(f"{sh}[lid]", acc)
@@ -143,7 +143,7 @@ def strided_copy(
     if tuple(strides) == contiguous_strides(out_shape) and base == 0:
         idx = "gid"
     else:
-        idx = offset(unravel(w, "gid", out_shape), strides, base)
+        idx = offset(w, unravel(w, "gid", out_shape), strides, base)
     w.store(out, "gid", w.load(x, idx, dtype), dtype)
     return map_finish(w)
 

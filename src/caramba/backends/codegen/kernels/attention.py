@@ -44,10 +44,10 @@ def _sdpa(node: Node, ins: tuple[ValueType, ...], e) -> Program:
         ninf = e.lowest(d)
         if len(ins) == 4:
             m = ins[3]
-            mv = w.load(names[1], offset(coords, broadcast_strides(m.shape, s_type.shape)), m.dtype)
+            mv = w.load(names[1], offset(w, coords, broadcast_strides(m.shape, s_type.shape)), m.dtype)
             value = e.select(mv, value, ninf) if m.dtype is DType.bool else f"({value} + {mv})"
         if node.attrs["causal"]:
-            value = e.select(f"{coords[-1]} <= {coords[-2]} + {tk - tq}", value, ninf)
+            value = e.select(f"{coords[-1]} <= {coords[-2]} + {w.num(tk - tq)}", value, ninf)
         w.store(out, "gid", value, d)
         args = (scores,) + ((Slot("in", 3),) if len(ins) == 4 else ()) + (masked,)
         prog.steps.append(Launch(map_finish(w), args))
@@ -73,15 +73,16 @@ def _rope(node: Node, ins: tuple[ValueType, ...], e) -> Program:
     sin = prog.const(np.sin(angles).astype(d.numpy))
     w = map_writer(e, kernel_name(node), prod(x.shape))
     (xb, cb, sb), (out,) = bind(w, [x, ValueType((t_len, half), d), ValueType((t_len, half), d)], [x])
-    j = w.let(INDEX, f"gid % {dim}", "j")
-    t = w.let(INDEX, f"(gid / {dim}) % {t_len}", "t")
-    first = f"({j} < {half})"
-    jj = w.let(INDEX, e.select(first, j, f"{j} - {half}"), "jj")
-    c = w.let(d, w.load(cb, f"{t} * {half} + {jj}", d), "c")
-    s = w.let(d, w.load(sb, f"{t} * {half} + {jj}", d), "s")
+    dm, hf = w.let(INDEX, w.num(dim), "dim"), w.let(INDEX, w.num(half), "half")
+    j = w.let(INDEX, f"gid % {dm}", "j")
+    t = w.let(INDEX, f"(gid / {dm}) % {w.num(t_len)}", "t")
+    first = f"({j} < {hf})"
+    jj = w.let(INDEX, e.select(first, j, f"{j} - {hf}"), "jj")
+    c = w.let(d, w.load(cb, f"{t} * {hf} + {jj}", d), "c")
+    s = w.let(d, w.load(sb, f"{t} * {hf} + {jj}", d), "s")
     row = w.let(INDEX, f"gid - {j}", "row")
     x1 = w.let(d, w.load(xb, f"{row} + {jj}", d), "x1")
-    x2 = w.let(d, w.load(xb, f"{row} + {jj} + {half}", d), "x2")
+    x2 = w.let(d, w.load(xb, f"{row} + {jj} + {hf}", d), "x2")
     w.store(out, "gid", e.select(first, f"({x1} * {c} - {x2} * {s})", f"({x2} * {c} + {x1} * {s})"), d)
     prog.steps.append(Launch(map_finish(w), (Slot("in", 0), cos, sin, Slot("out", 0))))
     return prog

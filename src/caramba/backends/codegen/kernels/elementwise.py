@@ -193,7 +193,7 @@ EXPR["activation.swiglu"] = lambda w, n, d, a: f"({_silu_of(w, d, a[0])} * {a[1]
 def input_index(w: KernelWriter, coords: Callable[[], list[str]], in_shape, out_shape) -> str:
     if tuple(in_shape) == tuple(out_shape):
         return "gid"
-    return offset(coords(), broadcast_strides(in_shape, out_shape))
+    return offset(w, coords(), broadcast_strides(in_shape, out_shape))
 
 
 def coords_once(w: KernelWriter, shape: Sequence[int]) -> Callable[[], list[str]]:
@@ -231,9 +231,10 @@ def _swiglu(node: Node, ins: tuple[ValueType, ...], e) -> object:
     d = out_t.dtype
     w = map_writer(e, kernel_name(node, "split"), prod(out_t.shape))
     (x,), (out,) = bind(w, ins, [out_t])
-    row = w.let("index", f"gid / {h}", "row")
-    col = w.let("index", f"gid - {row} * {h}", "col")
-    gate = w.let(d, w.load(x, f"{row} * {2 * h} + {col}", d), "g")
-    up = w.let(d, w.load(x, f"{row} * {2 * h} + {col} + {h}", d), "u")
+    row = w.let("index", f"gid / {w.num(h)}", "row")
+    col = w.let("index", f"gid - {row} * {w.num(h)}", "col")
+    at = w.let("index", f"{row} * {w.num(2 * h)} + {col}", "at")
+    gate = w.let(d, w.load(x, at, d), "g")
+    up = w.let(d, w.load(x, f"{at} + {w.num(h)}", d), "u")
     w.store(out, "gid", f"({_silu_of(w, d, gate)} * {up})", d)
     return single(map_finish(w), 1)

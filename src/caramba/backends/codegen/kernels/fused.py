@@ -27,7 +27,7 @@ from caramba.backends.codegen.kernels import (
 from caramba.backends.codegen.kernels.elementwise import EXPR, EXPR_DTYPES, coords_once, input_index
 from caramba.backends.codegen.kernels.linalg import gemm_dims, gemm_kernel
 from caramba.backends.codegen.kernels.nn import softmax_kernel
-from caramba.backends.codegen.kernels.reduce import REDUCE_KINDS, emit_reduction, layout, reduction_passes
+from caramba.backends.codegen.kernels.reduce import REDUCE_KINDS, count, emit_reduction, layout, reduction_passes
 from caramba.backends.codegen.program import Launch, LibraryCall, Program, Slot
 from caramba.ir.dtypes import DType
 from caramba.ir.graph import Node
@@ -82,7 +82,7 @@ def _loader(w: KernelWriter, names: list[str], ins: Sequence[ValueType], shape: 
             return w.load(names[k], flat, t.dtype)
         if not coords:
             coords.append(unravel(w, flat, shape, "c"))
-        return w.load(names[k], offset(coords[0], broadcast_strides(t.shape, shape)), t.dtype)
+        return w.load(names[k], offset(w, coords[0], broadcast_strides(t.shape, shape)), t.dtype)
 
     return load
 
@@ -145,7 +145,7 @@ def _epilogue(node: Node, ins: tuple[ValueType, ...]):
     def epi(w: KernelWriter, value: str, flat: str, extra: list[str]) -> str:
         if len(ins) == 3:
             b = ins[2]
-            idx = flat if b.shape == out_t.shape else offset(unravel(w, flat, out_t.shape, "c"), broadcast_strides(b.shape, out_t.shape))
+            idx = flat if b.shape == out_t.shape else offset(w, unravel(w, flat, out_t.shape, "c"), broadcast_strides(b.shape, out_t.shape))
             value = w.let(d, f"({value} + {w.load(extra[0], idx, d)})", "y")
         if act != "none":
             op, attrs = ACTIVATION[act]
@@ -189,13 +189,13 @@ def _fused_ln_residual(node: Node, ins: tuple[ValueType, ...], e) -> Program:
     eps = node.attrs["eps"]
     w = row_writer(e, kernel_name(node), rows, row_size(n))
     names, outs = bind(w, ins, node.types)
-    base = w.let("index", f"group * {n}", "base")
+    base = w.let("index", f"group * {w.num(n)}", "base")
 
     def s(j: str) -> str:
         return w.let(d, f"({w.load(names[0], f'{base} + {j}', d)} + {w.load(names[1], f'{base} + {j}', d)})", "s")
 
     add = lambda a, b: f"({a} + {b})"
-    nl = e.lit(n, d)
+    nl = w.let(d, count(w, n, d), "n")
     mu = w.let(d, f"({workgroup_reduce(w, d, n, s, e.lit(0, d), add)} / {nl})", "mu")
 
     def sq(j: str) -> str:
@@ -204,7 +204,7 @@ def _fused_ln_residual(node: Node, ins: tuple[ValueType, ...], e) -> Program:
 
     var = workgroup_reduce(w, d, n, sq, e.lit(0, d), add)
     den = w.let(d, w.fn("sqrt", d, f"({var} / {nl} + {e.lit(eps, d)})"), "den")
-    with w.loop("lid", str(n), str(w.workgroup), "j") as j:
+    with w.loop("lid", w.num(n), str(w.workgroup), "j") as j:
         sv = s(j)
         value = f"(({sv} - {mu}) / {den})"
         if len(names) >= 3:

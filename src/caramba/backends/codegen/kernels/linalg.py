@@ -41,21 +41,24 @@ def gemm_kernel(
     bb = w.param("in1", d, "read")
     extras = [w.param(f"in{2 + i}", t.dtype, "read") for i, t in enumerate(extra)]
     cb = w.param("out0", d, "write")
-    w.line(f"if (group >= {groups}) {{ return; }}")
+    w.line(f"if (group >= {w.num(groups)}) {{ return; }}")
+    mm, kk_, nn = w.let(INDEX, w.num(m), "m"), w.let(INDEX, w.num(k), "k"), w.let(INDEX, w.num(n), "n")
     ty = w.let(INDEX, f"lid / {TILE}", "ty")
     tx = w.let(INDEX, f"lid % {TILE}", "tx")
-    tile = w.let(INDEX, f"group % {tm * tn}", "tile")
-    bt = w.let(INDEX, f"group / {tm * tn}", "bt")
-    row = w.let(INDEX, f"({tile} / {tn}) * {TILE} + {ty}", "row")
-    col = w.let(INDEX, f"({tile} % {tn}) * {TILE} + {tx}", "col")
+    tiles = w.let(INDEX, w.num(tm * tn), "tiles")
+    tile = w.let(INDEX, f"group % {tiles}", "tile")
+    bt = w.let(INDEX, f"group / {tiles}", "bt")
+    row = w.let(INDEX, f"({tile} / {w.num(tn)}) * {TILE} + {ty}", "row")
+    col = w.let(INDEX, f"({tile} % {w.num(tn)}) * {TILE} + {tx}", "col")
     bc = unravel(w, bt, batch, "b")
-    a_off = w.let(INDEX, offset(bc, [s * m * k for s in broadcast_strides(a_batch, batch)]), "aoff")
-    b_off = w.let(INDEX, offset(bc, [s * k * n for s in broadcast_strides(b_batch, batch)]), "boff")
+    a_off = w.let(INDEX, offset(w, bc, [s * m * k for s in broadcast_strides(a_batch, batch)]), "aoff")
+    b_off = w.let(INDEX, offset(w, bc, [s * k * n for s in broadcast_strides(b_batch, batch)]), "boff")
+    m, k, n = mm, kk_, nn  # from here on the sizes are names (literals or params)
     sa = w.shared_array(d, TILE * TILE, "sa")
     sb = w.shared_array(d, TILE * TILE, "sb")
     acc = w.var(d, e.lit(0, d), "acc")
     zero = e.lit(0, d)
-    with w.loop("0", str(-(-k // TILE)), "1", "t") as t:
+    with w.loop("0", f"({k} + {TILE - 1}) / {TILE}", "1", "t") as t:
         ka = w.let(INDEX, f"{t} * {TILE} + {tx}", "ka")
         kb = w.let(INDEX, f"{t} * {TILE} + {ty}", "kb")
         # clamp indices so no thread reads out of bounds, then zero what lies outside
@@ -72,7 +75,7 @@ def gemm_kernel(
         w.barrier()
     value = acc if scale is None else f"({acc} * {e.lit(scale, d)})"
     with w.if_(f"{row} < {m} && {col} < {n}"):
-        flat = w.let(INDEX, f"{bt} * {m * n} + {row} * {n} + {col}", "at")
+        flat = w.let(INDEX, f"{bt} * {m} * {n} + {row} * {n} + {col}", "at")
         if epilogue is not None:
             value = epilogue(w, value, flat, extras)
         w.store(cb, flat, value, d)
@@ -94,9 +97,9 @@ def _matmul(node: Node, ins: tuple[ValueType, ...], e) -> Program:
 def _outer(node: Node, ins: tuple[ValueType, ...], e) -> Program:
     out_t = node.types[0]
     d = out_t.dtype
-    n = out_t.shape[1]
     w = map_writer(e, kernel_name(node), prod(out_t.shape))
     (x, y), (out,) = bind(w, ins, [out_t])
+    n = w.num(out_t.shape[1])
     i = w.let(INDEX, f"gid / {n}", "i")
     j = w.let(INDEX, f"gid - {i} * {n}", "j")
     w.store(out, "gid", f"({w.load(x, i, d)} * {w.load(y, j, d)})", d)

@@ -22,6 +22,7 @@ from caramba.backends.codegen.kernels import (
     single,
     workgroup_reduce,
 )
+from caramba.backends.codegen.kernels.reduce import count
 from caramba.backends.codegen.kernels.shape import gather_kernel
 from caramba.backends.codegen.program import Kernel
 from caramba.ir.graph import Node
@@ -44,18 +45,18 @@ def softmax_kernel(
     names, (out,) = bind(w, ins if ins is not None else [x], [x])
     if element is None:
         element = lambda w, names, flat: w.load(names[0], flat, d)
-    base = w.let(INDEX, offset(unravel(w, "group", [x.shape[i] for i in kept], "k"), [st[i] for i in kept]), "base")
-    s = st[axis]
+    base = w.let(INDEX, offset(w, unravel(w, "group", [x.shape[i] for i in kept], "k"), [st[i] for i in kept]), "base")
+    s = w.num(st[axis]) if st[axis] != 1 else None
 
     def at(j: str) -> str:
-        return w.let(INDEX, f"{base} + {j} * {s}" if s != 1 else f"{base} + {j}", "at")
+        return w.let(INDEX, f"{base} + {j} * {s}" if s is not None else f"{base} + {j}", "at")
 
     def value(j: str) -> str:
         return w.let(d, element(w, names, at(j)), "x")
 
     m = workgroup_reduce(w, d, n, value, e.lowest(d), lambda a, b: w.max(d, a, b))
     total = workgroup_reduce(w, d, n, lambda j: w.fn("exp", d, f"({value(j)} - {m})"), e.lit(0, d), lambda a, b: f"({a} + {b})")
-    with w.loop("lid", str(n), str(w.workgroup), "j") as j:
+    with w.loop("lid", w.num(n), str(w.workgroup), "j") as j:
         sh = w.let(d, f"({value(j)} - {m})", "s")
         result = f"({sh} - {w.fn('log', d, total)})" if log else f"({w.fn('exp', d, sh)} / {total})"
         w.store(out, at(j), result, d)
@@ -82,10 +83,10 @@ def _norm_kernel(node: Node, ins: Sequence[ValueType], e, rows: int, n: int, rms
     w = row_writer(e, kernel_name(node), rows, row_size(n))
     names, (out,) = bind(w, ins, [x])
     xb = names[0]
-    base = w.let(INDEX, f"group * {n}", "base")
+    base = w.let(INDEX, f"group * {w.num(n)}", "base")
     load = lambda j: w.load(xb, f"{base} + {j}", d)
     add = lambda a, b: f"({a} + {b})"
-    nl = e.lit(n, d)
+    nl = w.let(d, count(w, n, d), "n")
     if rms:
         ms = workgroup_reduce(w, d, n, lambda j: f"({load(j)} * {load(j)})", e.lit(0, d), add)
         mu = None
@@ -100,7 +101,7 @@ def _norm_kernel(node: Node, ins: Sequence[ValueType], e, rows: int, n: int, rms
 
         var = workgroup_reduce(w, d, n, sq, e.lit(0, d), add)
         inv = w.let(d, w.fn("sqrt", d, f"({var} / {nl} + {e.lit(eps, d)})"), "den")
-    with w.loop("lid", str(n), str(w.workgroup), "j") as j:
+    with w.loop("lid", w.num(n), str(w.workgroup), "j") as j:
         y = f"({load(j)} - {mu})" if mu is not None else load(j)
         value = f"({y} / {inv})"
         if len(names) >= 2:
@@ -132,7 +133,8 @@ def _group_norm(node: Node, ins, e):
     per = (c // g) * spatial
 
     def channel(w: KernelWriter, j: str) -> str:
-        return f"(group % {g}) * {c // g} + {j} / {spatial}" if spatial != 1 else f"(group % {g}) * {c // g} + {j}"
+        first = f"(group % {w.num(g)}) * {w.num(c // g)}"
+        return f"{first} + {j} / {w.num(spatial)}" if spatial != 1 else f"{first} + {j}"
 
     return single(_norm_kernel(node, ins, e, n * g, per, False, channel), len(ins))
 
@@ -168,20 +170,20 @@ def _conv(nd: int):
         nn_, o, sp = coords[0], coords[1], coords[2:]
         xs, ws = contiguous_strides(x.shape), contiguous_strides(wt.shape)
         acc = w.var(d, e.lit(0, d), "acc")
-        c0 = w.let(INDEX, f"({o} / {og}) * {cg}", "c0")
-        with w.loop("0", str(cg), "1", "ci") as ci:
+        c0 = w.let(INDEX, f"({o} / {w.num(og)}) * {w.num(cg)}", "c0")
+        with w.loop("0", w.num(cg), "1", "ci") as ci:
             loops = []
             pos = []
             for i in range(nd):
-                cm = w.loop("0", str(ks[i]), "1", "kk")
+                cm = w.loop("0", w.num(ks[i]), "1", "kk")
                 kk = cm.__enter__()
                 loops.append(cm)
-                p = w.let(INDEX, f"{sp[i]} * {stride[i]} - {pad[i]} + {kk} * {dil[i]}", "pos")
+                p = w.let(INDEX, f"{sp[i]} * {w.num(stride[i])} - {w.num(pad[i])} + {kk} * {w.num(dil[i])}", "pos")
                 pos.append((kk, p))
-            inside = " && ".join(f"{p} >= 0 && {p} < {x.shape[2 + i]}" for i, (_, p) in enumerate(pos))
+            inside = " && ".join(f"{p} >= 0 && {p} < {w.num(x.shape[2 + i])}" for i, (_, p) in enumerate(pos))
             with w.if_(inside):
-                xi = offset([nn_, f"({c0} + {ci})"] + [p for _, p in pos], xs)
-                wi = offset([o, ci] + [kk for kk, _ in pos], ws)
+                xi = offset(w, [nn_, f"({c0} + {ci})"] + [p for _, p in pos], xs)
+                wi = offset(w, [o, ci] + [kk for kk, _ in pos], ws)
                 w.set(acc, f"{acc} + {w.load(names[0], xi, d)} * {w.load(names[1], wi, d)}")
             for cm in reversed(loops):
                 cm.__exit__(None, None, None)
@@ -208,14 +210,14 @@ def _pool(is_max: bool):
         nb, c, oh, ow = unravel(w, "gid", out_t.shape)
         acc = w.var(d, e.lowest(d) if is_max else e.lit(0, d), "acc")
         xs = contiguous_strides(x.shape)
-        with w.loop("0", str(k[0]), "1", "kh") as kh:
-            ih = w.let(INDEX, f"{oh} * {s[0]} - {p[0]} + {kh}", "ih")
-            with w.loop("0", str(k[1]), "1", "kw") as kw:
-                iw = w.let(INDEX, f"{ow} * {s[1]} - {p[1]} + {kw}", "iw")
-                with w.if_(f"{ih} >= 0 && {ih} < {x.shape[2]} && {iw} >= 0 && {iw} < {x.shape[3]}"):
-                    v = w.load(xb, offset([nb, c, ih, iw], xs), d)
+        with w.loop("0", w.num(k[0]), "1", "kh") as kh:
+            ih = w.let(INDEX, f"{oh} * {w.num(s[0])} - {w.num(p[0])} + {kh}", "ih")
+            with w.loop("0", w.num(k[1]), "1", "kw") as kw:
+                iw = w.let(INDEX, f"{ow} * {w.num(s[1])} - {w.num(p[1])} + {kw}", "iw")
+                with w.if_(f"{ih} >= 0 && {ih} < {w.num(x.shape[2])} && {iw} >= 0 && {iw} < {w.num(x.shape[3])}"):
+                    v = w.load(xb, offset(w, [nb, c, ih, iw], xs), d)
                     w.set(acc, w.max(d, acc, v) if is_max else f"{acc} + {v}")
-        value = acc if is_max else f"({acc} / {e.lit(k[0] * k[1], d)})"
+        value = acc if is_max else f"({acc} / {count(w, k[0] * k[1], d)})"
         w.store(out, "gid", value, d)
         return single(map_finish(w), 1)
 

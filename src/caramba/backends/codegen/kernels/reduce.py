@@ -85,13 +85,13 @@ def emit_reduction(
     names, (out,) = bind(w, ins if ins is not None else (x_t,), [node.types[0]])
     if element is None:
         element = lambda w, names, flat: w.load(names[0], flat, d)
-    base = w.let(INDEX, offset(unravel(w, o, lay.kept_shape, "k"), lay.kept_strides), "base")
+    base = w.let(INDEX, offset(w, unravel(w, o, lay.kept_shape, "k"), lay.kept_strides), "base")
     results: list[str] = []
     for init, step, merge in passes:
         acc = w.var(d, init, "acc")
         lo, stride = ("0", "1") if sequential else ("lid", str(w.workgroup))
-        with w.loop(lo, str(n_red), stride, "r") as r:
-            idx = offset(unravel(w, r, lay.red_shape, "q"), lay.red_strides)
+        with w.loop(lo, w.num(n_red), stride, "r") as r:
+            idx = offset(w, unravel(w, r, lay.red_shape, "q"), lay.red_strides)
             flat = w.let(INDEX, f"{base} + {idx}" if idx != "0" else base, "at")
             x = w.let(d, element(w, names, flat), "x")
             w.set(acc, step(w, acc, results).replace("{x}", x))
@@ -136,18 +136,18 @@ def reduction_passes(op: str, attrs, e, d: DType, n: int):
     if op == "reduce.mean":
         if n == 0:  # 0 / 0, spelled out: compilers fold a division by a literal zero
             return [(e.lit(0, d), lambda w, acc, r: f"({acc} + {{x}})", add)], lambda w, res: w.e.nan(d)
-        return [(e.lit(0, d), lambda w, acc, r: f"({acc} + {{x}})", add)], lambda w, res: f"({res[0]} / {w.e.lit(n, d)})"
+        return [(e.lit(0, d), lambda w, acc, r: f"({acc} + {{x}})", add)], lambda w, res: f"({res[0]} / {count(w, n, d)})"
     if op == "reduce.variance":
 
         def second(w, acc, res):
-            c = f"({{x}} - {res[0]} / {w.e.lit(n, d)})"
+            c = f"({{x}} - {res[0]} / {count(w, n, d)})"
             return f"({acc} + {c} * {c})"
 
         denom = n - attrs["correction"]
         passes = [(e.lit(0, d), lambda w, acc, res: f"({acc} + {{x}})", add), (e.lit(0, d), second, add)]
         if denom <= 0:  # numpy divides by max(n - correction, 0): inf, or NaN for 0 / 0 and NaN
             return passes, lambda w, res: w.e.select(f"{res[1]} > {w.e.lit(0, d)}", w.e.inf(d), w.e.nan(d))
-        return passes, lambda w, res: f"({res[1]} / {w.e.lit(denom, d)})"
+        return passes, lambda w, res: f"({res[1]} / {count(w, denom, d)})"
     if op == "reduce.logsumexp":
 
         def shift(w: KernelWriter, m: str) -> str:
@@ -163,6 +163,11 @@ def reduction_passes(op: str, attrs, e, d: DType, n: int):
         ]
         return passes, lambda w, res: f"({w.fn('log', d, res[1])} + {shift(w, res[0])})"
     raise KeyError(op)
+
+
+def count(w: KernelWriter, n: int, d: DType) -> str:
+    """The integer ``n`` as a value of float type ``d`` (a literal, or a param converted)."""
+    return w.e.lit(n, d) if w.e.specialize else w.e.cast(w.num(n), d, INDEX)
 
 
 def _axes(node: Node, x_t: ValueType) -> tuple[int, ...]:
@@ -204,15 +209,16 @@ def _arg(largest: bool):
             w = row_writer(e, kernel_name(node, "tree"), n_out, row_size(n_red))
             o = "group"
         (xb,), (out,) = bind(w, [x_t], [node.types[0]])
-        base = w.let(INDEX, offset(unravel(w, o, lay.kept_shape, "k"), lay.kept_strides), "base")
-        stride = lay.red_strides[0]
+        base = w.let(INDEX, offset(w, unravel(w, o, lay.kept_shape, "k"), lay.kept_strides), "base")
+        stride = w.num(lay.red_strides[0])
+        nr = w.num(n_red)
         # the best so far; index n_red means "none yet" (a thread past the row keeps it)
         bv = w.var(d, w.load(xb, base, d), "bv")
-        bi = w.var(INDEX, "0" if sequential else str(n_red), "bi")
+        bi = w.var(INDEX, "0" if sequential else nr, "bi")
         lo, step = ("1", "1") if sequential else ("lid", str(w.workgroup))
-        with w.loop(lo, str(n_red), step, "r") as r:
+        with w.loop(lo, nr, step, "r") as r:
             v = w.let(d, w.load(xb, f"{base} + {r} * {stride}", d), "v")
-            with w.if_(f"{bi} >= {n_red} || {better(w, v, r, bv, bi)}"):
+            with w.if_(f"{bi} >= {nr} || {better(w, v, r, bv, bi)}"):
                 w.set(bv, v)
                 w.set(bi, r)
         if sequential:
@@ -227,7 +233,7 @@ def _arg(largest: bool):
         while s >= 1:
             with w.if_(f"lid < {s}"):
                 ov, oi = f"{shv}[lid + {s}]", f"{shi}[lid + {s}]"
-                with w.if_(f"{oi} < {n_red} && ({shi}[lid] >= {n_red} || {better(w, ov, oi, f'{shv}[lid]', f'{shi}[lid]')})"):
+                with w.if_(f"{oi} < {nr} && ({shi}[lid] >= {nr} || {better(w, ov, oi, f'{shv}[lid]', f'{shi}[lid]')})"):
                     w.set(f"{shv}[lid]", ov)
                     w.set(f"{shi}[lid]", oi)
             w.barrier()

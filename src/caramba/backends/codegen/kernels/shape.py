@@ -109,12 +109,12 @@ def _concat(node: Node, ins, e) -> Program:
     live = [(n, t) for n, t in zip(names, ins, strict=True) if t.shape[axis]]
     for k, (name, t) in enumerate(live):
         cs = list(coords)
-        cs[axis] = f"({c} - {start})" if start else c
-        load = w.load(name, offset(cs, contiguous_strides(t.shape)), d)
+        cs[axis] = f"({c} - {w.num(start)})" if start else c
+        load = w.load(name, offset(w, cs, contiguous_strides(t.shape)), d)
         if k == len(live) - 1:
             w.set(v, load)
         else:
-            w.line(f"if ({c} < {start + t.shape[axis]}) {{ {v} = {load}; }} else {{")
+            w.line(f"if ({c} < {w.num(start + t.shape[axis])}) {{ {v} = {load}; }} else {{")
             w._depth += 1
         start += t.shape[axis]
     for _ in range(max(len(live) - 1, 0)):
@@ -149,19 +149,20 @@ def _pad(node: Node, ins, e) -> Program:
     src, inside = [], []
     for i, n in enumerate(x.shape):
         lo = pads[2 * i]
-        c = coords[i] if not lo else w.let(INDEX, f"{coords[i]} - {lo}", "p")
+        c = coords[i] if not lo else w.let(INDEX, f"{coords[i]} - {w.num(lo)}", "p")
         if not lo and not pads[2 * i + 1]:
             src.append(c)
             continue
+        nn = w.num(n)
         if mode == "constant":
-            inside.append(f"({c} >= 0 && {c} < {n})")
+            inside.append(f"({c} >= 0 && {c} < {nn})")
             src.append(w.e.select(inside[-1], c, "0"))
         elif mode == "reflect":
             r = w.let(INDEX, w.e.select(f"{c} < 0", f"(-{c})", c), "p")
-            src.append(w.let(INDEX, w.e.select(f"{r} >= {n}", f"({2 * (n - 1)} - {r})", r), "p"))
+            src.append(w.let(INDEX, w.e.select(f"{r} >= {nn}", f"({w.num(2 * (n - 1))} - {r})", r), "p"))
         else:  # edge
-            src.append(w.let(INDEX, w.e.select(f"{c} < 0", "0", w.e.select(f"{c} >= {n}", str(n - 1), c)), "p"))
-    value = w.load(xb, offset(src, contiguous_strides(x.shape)), d)
+            src.append(w.let(INDEX, w.e.select(f"{c} < 0", "0", w.e.select(f"{c} >= {nn}", w.num(n - 1), c)), "p"))
+    value = w.load(xb, offset(w, src, contiguous_strides(x.shape)), d)
     if mode == "constant" and inside:
         value = w.e.select(" && ".join(inside), value, w.e.lit(node.attrs["value"], d))
     w.store(out, "gid", value, d)
@@ -176,21 +177,21 @@ def _upsample(node: Node, ins, e) -> Program:
     w = map_writer(e, kernel_name(node), prod(out_t.shape))
     (xb,), (out,) = bind(w, ins, [out_t])
     coords = unravel(w, "gid", out_t.shape)
-    src = [c if i < k or scales[i - k] == 1 else f"({c} / {scales[i - k]})" for i, c in enumerate(coords)]
-    w.store(out, "gid", w.load(xb, offset(src, contiguous_strides(x.shape)), out_t.dtype), out_t.dtype)
+    src = [c if i < k or scales[i - k] == 1 else f"({c} / {w.num(scales[i - k])})" for i, c in enumerate(coords)]
+    w.store(out, "gid", w.load(xb, offset(w, src, contiguous_strides(x.shape)), out_t.dtype), out_t.dtype)
     return single(map_finish(w), 1)
 
 
 def checked_index(w: KernelWriter, idx_buf: str, idx_pos: str, idx_dtype: DType, n: int) -> str:
     """Load an index, wrap negatives, flag (and clamp) out-of-range ones."""
     raw = w.let(idx_dtype, w.load(idx_buf, idx_pos, idx_dtype), "ix")
-    lit = w.e.lit
-    with w.if_(f"{raw} < {lit(-n, idx_dtype)} || {raw} >= {lit(n, idx_dtype)}"):
+    nn = w.let(idx_dtype, w.e.lit(n, idx_dtype) if w.e.specialize else w.e.cast(w.num(n), idx_dtype, INDEX), "n")
+    with w.if_(f"{raw} < -{nn} || {raw} >= {nn}"):
         w.error_flag()
         w.line(w.e.flag_error(INDEX_ERROR))
-    wrapped = w.e.select(f"{raw} < {lit(0, idx_dtype)}", f"({raw} + {lit(n, idx_dtype)})", raw)
+    wrapped = w.e.select(f"{raw} < {w.e.lit(0, idx_dtype)}", f"({raw} + {nn})", raw)
     k = w.let(INDEX, w.e.cast(wrapped, INDEX, idx_dtype), "k")
-    return w.let(INDEX, w.e.select(f"{k} >= 0 && {k} < {n}", k, "0"), "k")
+    return w.let(INDEX, w.e.select(f"{k} >= 0 && {k} < {w.num(n)}", k, "0"), "k")
 
 
 def gather_kernel(e, name: str, x: ValueType, idx: ValueType, out_t: ValueType, axis: int):
@@ -199,8 +200,8 @@ def gather_kernel(e, name: str, x: ValueType, idx: ValueType, out_t: ValueType, 
     w.error_flag()
     coords = unravel(w, "gid", out_t.shape)
     pre, mid, post = coords[:axis], coords[axis : axis + idx.rank], coords[axis + idx.rank :]
-    k = checked_index(w, ib, offset(mid, contiguous_strides(idx.shape)), idx.dtype, x.shape[axis])
-    src = offset(pre + [k] + post, contiguous_strides(x.shape))
+    k = checked_index(w, ib, offset(w, mid, contiguous_strides(idx.shape)), idx.dtype, x.shape[axis])
+    src = offset(w, pre + [k] + post, contiguous_strides(x.shape))
     w.store(out, "gid", w.load(xb, src, out_t.dtype), out_t.dtype)
     return single(map_finish(w), 2)
 
@@ -226,13 +227,13 @@ def _scatter_add(node: Node, ins, e) -> Program:
     coords = unravel(w, "gid", out_t.shape)
     acc = w.var(d, w.load(xb, "gid", d), "acc")
     ust = contiguous_strides(upd.shape)
-    pre_off = offset(coords[:axis], ust[:axis])
-    post_off = offset(coords[axis + 1 :], ust[axis + idx.rank :])
+    pre_off = offset(w, coords[:axis], ust[:axis])
+    post_off = offset(w, coords[axis + 1 :], ust[axis + idx.rank :])
     inner = prod(upd.shape[axis + idx.rank :])  # elements per index position in upd
-    with w.loop("0", str(idx.size), "1", "p") as p:
+    with w.loop("0", w.num(idx.size), "1", "p") as p:
         k = checked_index(w, ib, p, idx.dtype, n)
         with w.if_(f"{k} == {coords[axis]}"):
-            parts = [s for s in (pre_off, f"{p} * {inner}" if inner != 1 else p, post_off) if s != "0"]
+            parts = [s for s in (pre_off, f"{p} * {w.num(inner)}" if inner != 1 else p, post_off) if s != "0"]
             w.set(acc, f"{acc} + {w.load(ub, ' + '.join(parts) or '0', d)}")
     w.store(out, "gid", acc, d)
     return single(map_finish(w), 3)
