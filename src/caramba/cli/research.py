@@ -52,10 +52,11 @@ class _Bar:
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[sps]} samples/s"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=console, transient=False, disable=quiet,
+            console=console, transient=False, disable=quiet, auto_refresh=False,
         )
         self.task = None
         self.label = ""
+        self.last = 0.0  # refreshed from the training loop at most 5 times a second: no render thread
 
     def start(self, plan: Any, run_id: str, total: int) -> None:
         from rich.markup import escape
@@ -69,9 +70,14 @@ class _Bar:
         self.task = self.progress.add_task(plan.label, total=max(total, 1), loss="-", sps="-", completed=0)
 
     def step(self, step: int, total: int, values: Any, sps: float) -> None:
-        if self.task is not None and (step % 5 == 0 or step == total):
+        import time
+
+        now = time.monotonic()
+        if self.task is not None and (now - self.last > 0.2 or step == total):
+            self.last = now
             self.progress.update(self.task, completed=step, loss=f"{values.get('loss_ema', values['loss']):.4f}",
                                  sps=f"{sps:,.0f}")
+            self.progress.refresh()
 
     def evaluate(self, step: int, split: str, values: Any) -> None:
         if not self.quiet:
@@ -85,6 +91,7 @@ class _Bar:
             if result.status == "finished":
                 self.progress.update(self.task, completed=self.progress.tasks[-1].total)
             self.progress.stop_task(self.task)
+            self.progress.refresh()
         if result.status != "finished":
             self.progress.console.print(f"[red]run {escape(result.run_id)} failed:[/] {escape(result.error)}")
 
