@@ -153,8 +153,10 @@ def exp_fast(x):
         6.61375632143793436117e-05 + t * (-1.65339022054652515390e-06 + t * 4.13813679705723846039e-08))))
     y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
     k1 = math.floor(k * 0.5)
-    s1 = _from_bits((np.int64(k1) + 1023) << 52)
-    s2 = _from_bits((np.int64(k - k1) + 1023) << 52)
+    # 2**k1 and 2**(k - k1) from the bits: adding 1.5 * 2**52 puts the integer in the low
+    # mantissa bits (no float -> int conversion, which AVX2 cannot vectorize)
+    s1 = _from_bits((_bits(k1 + 6755399441055744.0) + 1023) << 52)
+    s2 = _from_bits((_bits((k - k1) + 6755399441055744.0) + 1023) << 52)
     out = y * s1 * s2
     out = math.inf if x > 7.09782712893383973096e+02 else out
     out = 0.0 if x < -7.45133219101941108420e+02 else out
