@@ -17,9 +17,10 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from caramba.api import API_PREFIX, DEFAULT_MAX_BODY
-from caramba.api.errors import caramba_error_handler, request_error_handler
+from caramba.api.errors import caramba_error_handler, http_error_handler, request_error_handler
 from caramba.api.middleware import BodyLimit, SecurityHeaders
 from caramba.config import Settings, load_settings
 from caramba.errors import CarambaError
@@ -87,7 +88,7 @@ def create_app(
     token: str | None = None,
     store: str | Path | None = None,
     max_body: int = DEFAULT_MAX_BODY,
-    workers: int = 2,
+    workers: int = 1,
 ) -> FastAPI:
     """Build the app. ``token`` defaults to ``settings.api_token`` and ``store`` to
     ``settings.store``; an empty token means state-changing calls are refused."""
@@ -121,6 +122,7 @@ def create_app(
     app.state.caramba = state
     app.add_exception_handler(CarambaError, caramba_error_handler)
     app.add_exception_handler(RequestValidationError, request_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
 

@@ -94,6 +94,41 @@ async def request_error_handler(request: Request, exc: Exception) -> JSONRespons
                         status_code=422)
 
 
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """The methods the spec documents for ``path`` (what a 405's ``Allow`` must list). A
+    template matches segment by segment; only when none does may its last parameter span
+    several segments (artifact names such as ``checkpoints/step10.safetensors``)."""
+    import re
+
+    def pattern(template: str, greedy_last: bool) -> str:
+        parts = re.split(r"(\{[^}]+\})", template)
+        last = max((i for i, p in enumerate(parts) if p.startswith("{")), default=-1)
+        return "".join(
+            ((".+" if greedy_last and i == last else "[^/]+") if p.startswith("{") else re.escape(p))
+            for i, p in enumerate(parts)
+        )
+
+    paths = app.openapi().get("paths", {})
+    for greedy in (False, True):
+        methods = {m.upper() for t, item in paths.items() if re.fullmatch(pattern(t, greedy), path) for m in item}
+        if methods:
+            return sorted(methods)
+    return []
+
+
+async def http_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """HTTP errors in the common shape; a 405 lists every method the path takes in ``Allow``
+    (Starlette would list only those of the first route it matched)."""
+    status = getattr(exc, "status_code", 500)
+    headers = dict(getattr(exc, "headers", None) or {})
+    if status == 405:
+        allowed = allowed_methods(request.app, request.url.path)
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
+    detail = getattr(exc, "detail", None) or "error"
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
 async def caramba_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CarambaError)
     return JSONResponse(error_body(exc), status_code=_status(exc))

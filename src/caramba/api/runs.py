@@ -15,6 +15,7 @@ rows to a step whose training rows were already sent.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 from caramba.api.errors import Conflict, NotFound
 
 TERMINAL = ("finished", "failed", "cancelled")
+PAUSE_WAIT_S = 5.0
 ALL_STATUSES = ("created", "running", "paused", "finished", "failed", "cancelled")
 
 
@@ -84,13 +86,66 @@ class Control:
     pause: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
     resume: threading.Event = field(default_factory=threading.Event)
+    parked: threading.Event = field(default_factory=threading.Event)  # the run waits between two steps
     reason: str = ""
 
     def checkpoint(self) -> bool:
         """Called between steps: blocks while paused; True when the run must stop now."""
-        while self.pause.is_set() and not self.cancel.is_set():
-            self.resume.wait(0.2)
+        if self.pause.is_set() and not self.cancel.is_set():
+            self.parked.set()
+            try:
+                while self.pause.is_set() and not self.cancel.is_set():
+                    self.resume.wait(0.2)
+            finally:
+                self.parked.clear()
         return self.cancel.is_set()
+
+
+class RunCancelled(KeyboardInterrupt):
+    """Raised between two steps of a run that was cancelled (through the API or by shutdown).
+
+    An interrupt, because that is what the experiment runner records as a cancelled run."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(reason)
+        self.run_id = run_id
+        self.reason = reason
+
+
+class _Steer:
+    """The experiment runner's progress callbacks (``caramba.manifest.experiment.Progress``),
+    used to steer a run between its steps: a pause blocks there, a cancel raises there."""
+
+    def __init__(self, service: "RunService", started: threading.Event) -> None:
+        self.service = service
+        self.started = started
+        self.run_id: str | None = None
+        self.control = Control()
+
+    def start(self, plan: Any, run_id: str, total: int) -> None:
+        self.run_id = run_id
+        with self.service.lock:
+            self.service.live[run_id] = self.control
+        self.started.set()
+
+    def step(self, step: int, total: int, values: Any, samples_per_s: float) -> None:
+        if self.control.checkpoint():
+            raise RunCancelled(self.run_id or "", self.control.reason or "cancelled")
+
+    def evaluate(self, step: int, split: str, values: Any) -> None:
+        if self.control.cancel.is_set():
+            raise RunCancelled(self.run_id or "", self.control.reason or "cancelled")
+
+    def end(self, result: Any) -> None:
+        self.release()
+
+    def message(self, text: str) -> None:
+        pass
+
+    def release(self) -> None:
+        if self.run_id is not None:
+            with self.service.lock:
+                self.service.live.pop(self.run_id, None)
 
 
 class RunService:
@@ -121,7 +176,7 @@ class RunService:
 
     def status_of(self, rec: Any) -> str:
         control = self.live.get(rec.id)
-        if control is not None and rec.status == "running" and control.pause.is_set() and not control.cancel.is_set():
+        if control is not None and rec.status == "running" and control.parked.is_set():
             return "paused"
         return rec.status
 
@@ -135,9 +190,9 @@ class RunService:
             "manifest_sha256": rec.manifest_sha256 or None, "live": rec.id in self.live,
         }
 
-    def runs(self, *, experiment: str | None = None, status: str | None = None, target: str | None = None,
-             backend: str | None = None) -> list[dict[str, Any]]:
-        out = [self.view(r) for r in self.store.list(limit=1_000_000, experiment=experiment)]
+    def runs(self, *, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
+             target: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
+        out = [self.view(r) for r in self.store.list(limit=1_000_000, experiment=experiment, group_id=group_id)]
         for key, want in (("status", status), ("target", target), ("backend", backend)):
             if want is not None:
                 out = [r for r in out if r[key] == want]
@@ -176,6 +231,84 @@ class RunService:
             self._graphs[run_id] = build()
         return self._graphs[run_id]
 
+    # ---- executing -------------------------------------------------------------------------
+    def submit(self, text: str, name: str, overrides: list[str], targets: list[str], run_ids: list[str]) -> dict[str, Any]:
+        """Plan a manifest's runs (a bad manifest raises a located ManifestError here, before
+        anything runs), then execute them one after another in a background thread; returns
+        once the first run is recorded (or the submission waits for a free worker)."""
+        import secrets
+
+        from caramba.api.staging import staged
+        from caramba.errors import did_you_mean
+        from caramba.manifest.experiment import plan_runs
+
+        if self.closing.is_set():
+            raise Conflict("the server is shutting down")
+        group = None
+        with staged(self.root, text, name, keep=True, folder=f"s-{secrets.token_hex(6)}") as path:
+            plans = plan_runs(path, overrides)
+            doc = plans[0].prep.doc
+            known_targets = list(dict.fromkeys(p.target.name for p in plans))
+            for t in targets:
+                if t not in known_targets:
+                    raise doc.error(("targets",), f"no target '{t}'; {did_you_mean(t, known_targets)}")
+            plans = [p for p in plans if not targets or p.target.name in targets]
+            known_runs = list(dict.fromkeys(p.run.id for p in plans))
+            for r in run_ids:
+                if r not in known_runs:
+                    raise doc.error(("targets",), f"no run '{r}' in the chosen targets; {did_you_mean(r, known_runs)}")
+            plans = [p for p in plans if not run_ids or p.run.id in run_ids]
+            checked: set[int] = set()
+            for p in plans:  # lower each model once now, so a bad one is a 422 and not a failed run
+                if id(p.prep) not in checked:
+                    checked.add(id(p.prep))
+                    p.prep.lower(training=p.prep.manifest.trainer is not None)
+            group = f"{plans[0].prep.manifest.name}-{secrets.token_hex(3)}"
+        first = threading.Event()
+        thread = threading.Thread(target=self._execute, args=(plans, group, first), name=f"caramba-run-{group}",
+                                  daemon=True)
+        with self.lock:
+            self.threads[group] = thread
+        thread.start()
+        first.wait(timeout=10.0)  # the record exists once the first run starts (unless queued)
+        runs = [self.view(r) for r in self.store.list(limit=len(plans), group_id=group)]
+        return {
+            "experiment": plans[0].prep.manifest.name,
+            "group_id": group,
+            "planned": [{"label": p.label, "target": p.target.name, "run": p.run.id, "arm": p.arm,
+                         "backend": p.backend, "seed": p.run.seed, "steps": p.steps} for p in plans],
+            "runs": runs[::-1],
+        }
+
+    def _execute(self, plans: list[Any], group: str, first: threading.Event) -> None:
+        from caramba.manifest.experiment import execute
+
+        try:
+            if not self._slots.acquire(blocking=False):
+                first.set()  # queued behind other runs: answer the submission now
+                while not self._slots.acquire(timeout=0.2):  # wait for a worker, unless shutting down
+                    if self.closing.is_set():
+                        return
+            try:
+                for plan in plans:
+                    if self.closing.is_set():
+                        return
+                    steer = _Steer(self, first)
+                    try:
+                        execute(plan, self.store, steer, group)
+                    except RunCancelled as stop:
+                        # execute() recorded "cancelled" (an interrupt); keep the reason with it
+                        self.store.finish(stop.run_id, "cancelled", error=stop.reason)
+                    finally:
+                        steer.release()
+                        first.set()
+            finally:
+                self._slots.release()
+        finally:
+            first.set()
+            with self.lock:
+                self.threads.pop(group, None)
+
     # ---- steering --------------------------------------------------------------------------
     def control(self, run_id: str, verb: str) -> dict[str, Any]:
         rec = self.record(run_id)
@@ -188,11 +321,15 @@ class RunService:
         if verb == "pause":
             control.resume.clear()
             control.pause.set()
+            control.parked.wait(timeout=PAUSE_WAIT_S)  # answer "paused" once it is (usually within a step)
         elif verb == "resume":
             if status != "paused":
                 raise Conflict(f"run {rec.id} is {status}; only a paused run resumes")
             control.pause.clear()
             control.resume.set()
+            deadline = time.monotonic() + PAUSE_WAIT_S
+            while control.parked.is_set() and time.monotonic() < deadline:  # answer once it runs again
+                time.sleep(0.01)
         elif verb == "cancel":
             control.reason = "cancelled through the API"
             control.cancel.set()

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 T = TypeVar("T")
 
 MAX_MANIFEST_CHARS = 512_000
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"  # a plain file name: no folders, no leading dot
 
 
 class Page(BaseModel, Generic[T]):
@@ -77,7 +78,7 @@ class ManifestIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     manifest: str = Field(max_length=MAX_MANIFEST_CHARS, description="the manifest's YAML text")
-    name: str = Field("manifest.yml", max_length=200, pattern=r"^[^/\\]+$")
+    name: str = Field("manifest.yml", max_length=200, pattern=NAME_PATTERN, description="a file name, no folders")
     overrides: list[str] = Field(default_factory=list, max_length=64)
 
 
@@ -94,7 +95,7 @@ class CompileIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     manifest: str | None = Field(None, max_length=MAX_MANIFEST_CHARS)
-    name: str = Field("manifest.yml", max_length=200, pattern=r"^[^/\\]+$")
+    name: str = Field("manifest.yml", max_length=200, pattern=NAME_PATTERN)
     graph: dict[str, Any] | None = Field(None, description="an IR graph as written by caramba.ir.dumps")
     backend: str = Field("cpu", max_length=200, description="a backend config string, e.g. cpu:threads=2")
     dims: dict[str, int] = Field(default_factory=dict, max_length=32,
@@ -191,6 +192,18 @@ class SubmitIn(ManifestIn):
     runs: list[str] = Field(default_factory=list, max_length=256)
 
 
+class PlannedRun(BaseModel):
+    label: str
+    target: str
+    run: str
+    arm: str = ""
+    backend: str
+    seed: int
+    steps: int
+
+
 class SubmitOut(BaseModel):
     experiment: str
-    runs: list[RunOut]
+    group_id: str = Field(description="filter GET /runs by it to follow every run of this submission")
+    planned: list[PlannedRun]
+    runs: list[RunOut] = Field(description="the runs recorded so far (they start one after another)")

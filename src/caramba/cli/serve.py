@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
             help="secret for state-changing calls (default: api_token; generated when unset)",
         ),
         config: str = typer.Option(None, "--config", help="config file"),
-        workers: int = typer.Option(2, min=1, max=64, help="runs that may execute at the same time"),
+        workers: int = typer.Option(1, min=1, max=64, help="runs that may execute at the same time (others queue)"),
         log_level: str = typer.Option("warning", help="uvicorn log level"),
     ) -> None:
         """Serve the HTTP API under /api/v1 and the web UI at /."""

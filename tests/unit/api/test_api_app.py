@@ -68,3 +68,11 @@ def test_unknown_backend_is_404_with_the_valid_names(client):
 
 def test_unknown_api_path_is_404(client):
     assert client.get("/api/v1/nope").status_code == 404
+
+
+def test_method_not_allowed_lists_every_method_of_the_path(client):
+    r = client.request("DELETE", "/api/v1/experiments")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    r = client.request("PUT", "/api/v1/runs/some-run/artifacts/checkpoints/step10.safetensors")
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+    assert client.request("DELETE", "/api/v1/runs/some-run/pause").headers["allow"] == "POST"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,46 +18,44 @@ from caramba.api.schemas import (
     StageOut,
     ValidationOut,
 )
+from caramba.api.staging import staged
 from caramba.errors import ConfigError
 
 router = APIRouter(tags=["manifests"])
 
 
-def includes_root(request: Request) -> Any:
-    """Where ``!include`` in a submitted manifest looks: ``<store>/includes`` and nowhere else,
-    so a manifest sent over HTTP cannot read files elsewhere on the server."""
-    return request.app.state.caramba.store_root / "includes"
+def store_root(request: Request) -> Path:
+    return request.app.state.caramba.store_root
 
 
-def load_manifest(request: Request, text: str, name: str, overrides: list[str] = ()) -> tuple[Any, Any]:
-    """Load and validate manifest text with the manifest package; returns (document, manifest)."""
-    from caramba.manifest import load_string
-    from caramba.manifest.schema import validate
-
-    doc = load_string(text, name, root=includes_root(request), overrides=list(overrides))
-    return doc, validate(doc)
-
-
-def summary(manifest: Any) -> dict[str, Any]:
-    return {
-        "name": manifest.name,
-        "description": manifest.description,
-        "experiment": manifest.is_experiment,
-        "nodes": len(manifest.topology.nodes),
-        "datasets": sorted(manifest.datasets),
-        "steps": manifest.trainer.steps if manifest.trainer else None,
-        "targets": [
-            {"name": t.name, "backend": t.backend, "runs": [r.id for r in t.runs]} for t in manifest.targets
-        ],
+def summary(prep: Any, low: Any | None = None) -> dict[str, Any]:
+    m = prep.manifest
+    out = {
+        "name": m.name,
+        "description": m.description,
+        "experiment": m.is_experiment,
+        "nodes": len(m.topology.nodes),
+        "datasets": sorted(m.datasets),
+        "steps": m.trainer.steps if m.trainer else None,
+        "targets": [{"name": t.name, "backend": t.backend, "runs": [r.id for r in t.runs]} for t in m.targets],
+        "arms": [a.id for a in m.tuner.arms] if m.tuner else [],
+        "dims": dict(prep.dims),
     }
+    if low is not None:
+        out.update(graph_nodes=len(low.graph.nodes), params=low.param_count())
+    return out
 
 
 @router.post("/manifests/validate", response_model=ValidationOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])
 def validate_manifest(body: ManifestIn, request: Request) -> ValidationOut:
-    """Load, expand and check a manifest. A bad one is answered 422 with the file, line, column
-    and dotted path of the problem."""
-    doc, manifest = load_manifest(request, body.manifest, body.name, body.overrides)
-    return ValidationOut(name=body.name, summary=summary(manifest), rendered=doc.as_yaml())
+    """Everything ``caramba manifest validate`` checks: YAML, schema, references, data binding,
+    and lowering to IR. A bad manifest is answered 422 with the file, line, column and dotted
+    path of the problem."""
+    from caramba.manifest.compile import check
+
+    with staged(store_root(request), body.manifest, body.name) as path:
+        prep, low = check(path, body.overrides)
+        return ValidationOut(name=body.name, summary=summary(prep, low), rendered=prep.doc.as_yaml())
 
 
 def _graph_out(graph: Any, with_svg: bool) -> GraphOut:
@@ -84,14 +83,19 @@ def _graph_of(body: CompileIn, request: Request) -> Any:
             raise CodecError(f"not a caramba.ir graph: {type(exc).__name__}: {exc}") from None
         verify(graph)
         return graph
+    from caramba.manifest.compile import check
+
+    with staged(store_root(request), body.manifest, body.name) as path:
+        prep, _ = check(path)
+        return model_graph(prep, body.dims)
+
+
+def model_graph(prep: Any, dims: dict[str, int] | None = None) -> Any:
+    """The model as an inference graph (no training behaviour), with ``dims`` bound."""
     from caramba.manifest.lower import lower_topology
 
-    doc, manifest = load_manifest(request, body.manifest, body.name)
-    dims = dict(manifest.topology.dims)
-    if manifest.trainer is not None:  # the trainer binds the batch dimension when it runs
-        dims.setdefault("batch", manifest.trainer.batch_size)
-    dims.update(body.dims)
-    return lower_topology(manifest.topology, doc, dims=dims, name=manifest.name).graph
+    bound = {**prep.dims, **(dims or {})}
+    return lower_topology(prep.manifest.topology, prep.doc, dims=bound, name=prep.manifest.name).graph
 
 
 def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = True) -> dict[str, Any]:
@@ -122,8 +126,12 @@ def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = 
     ).model_dump()
 
 
-def explain_manifest(request: Request, text: str, name: str, backend: str) -> dict[str, Any]:
-    return explain(_graph_of(CompileIn(manifest=text, name=name, backend=backend), request), backend)
+def explain_recorded(path: Path, dims: dict[str, int], backend: str) -> dict[str, Any]:
+    """Explain the graph of a run's recorded (fully expanded) manifest with the run's dims."""
+    from caramba.manifest.compile import prepare
+
+    prep = prepare(path, load_data=False)
+    return explain(model_graph(prep, dims), backend)
 
 
 @router.post("/compile", response_model=CompileOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])

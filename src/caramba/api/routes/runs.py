@@ -20,6 +20,8 @@ from caramba.api.schemas import (
     Page,
     RunOut,
     RunStatus,
+    SubmitIn,
+    SubmitOut,
 )
 
 router = APIRouter(tags=["runs"])
@@ -57,10 +59,21 @@ def show_experiment(name: str, request: Request) -> dict[str, Any]:
     raise NotFound(f"no experiment '{name}' has runs in this store")
 
 
+@router.post("/experiments", response_model=SubmitOut, status_code=202,
+             responses=ERRORS | WRITE_ERRORS | CONFLICT, dependencies=[AUTH])
+def submit(body: SubmitIn, request: Request) -> dict[str, Any]:
+    """Run a manifest: every target x run (x tuner arm) it plans, one after another, in this
+    server. The manifest is checked first; a bad one is answered 422 with its location and
+    nothing runs. The answer lists the planned runs and those already recorded (the first
+    one, unless the server is busy); ``GET /runs?group_id=...`` follows the rest."""
+    return _service(request).submit(body.manifest, body.name, body.overrides, body.targets, body.runs)
+
+
 @router.get("/runs", response_model=Page[RunOut])
 def list_runs(
     request: Request,
     experiment: str | None = Query(None, max_length=200),
+    group_id: str | None = Query(None, max_length=200, description="the runs of one submission"),
     status: RunStatus | None = None,
     target: str | None = Query(None, max_length=200),
     backend: str | None = Query(None, max_length=200),
@@ -68,7 +81,8 @@ def list_runs(
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
     """Runs, newest first, filtered by experiment, status, target or backend."""
-    items = _service(request).runs(experiment=experiment, status=status, target=target, backend=backend)
+    items = _service(request).runs(experiment=experiment, group_id=group_id, status=status, target=target,
+                                   backend=backend)
     return _page(items, limit, offset)
 
 
@@ -160,16 +174,17 @@ def download_artifact(run_id: str, name: str, request: Request) -> FileResponse:
 
 @router.get("/runs/{run_id}/graph", response_model=CompileOut, responses=ERRORS)
 def run_graph(run_id: str, request: Request) -> dict[str, Any]:
-    """The run's model graph before and after the compiler pipeline for the run's backend."""
-    from caramba.api.routes.manifests import explain_manifest
+    """The run's model graph before and after the compiler pipeline for the run's backend,
+    from the expanded manifest the run recorded."""
+    from caramba.api.routes.manifests import explain_recorded
 
     svc = _service(request)
     rec = svc.record(run_id)
-    path = rec.dir / rec.manifest_path if rec.manifest_path else None
-    if path is None or not path.is_file():
+    recorded = [a for a in svc.artifacts(rec.id) if a.kind == "manifest"]
+    if not recorded or not recorded[0].path.is_file():
         raise NotFound(f"run {rec.id} recorded no manifest, so its graph cannot be shown")
-    text = path.read_text(encoding="utf-8")
-    return svc.graph_report(rec.id, lambda: explain_manifest(request, text, path.name, rec.backend or "cpu"))
+    dims = {k: int(v) for k, v in (rec.config.get("dims") or {}).items()}
+    return svc.graph_report(rec.id, lambda: explain_recorded(recorded[0].path, dims, rec.backend or "cpu"))
 
 
 for _verb, _doc in (

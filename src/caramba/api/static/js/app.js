@@ -89,8 +89,22 @@ function submitPanel(onDone) {
     out.replaceChildren(h("span", { class: "muted" }, "submitting…"));
     try {
       const r = await post("/experiments", body());
-      out.replaceChildren(h("div", { class: "ok" }, `submitted ${r.runs.length} run(s) of ${r.experiment}: `,
-        r.runs.map((run, i) => [i ? ", " : "", runLink(run)])));
+      const links = h("span", { id: "submitted-runs" });
+      const paint = (runs) => links.replaceChildren(...runs.map((run, i) => [i ? ", " : "", runLink(run)]).flat());
+      paint(r.runs);
+      out.replaceChildren(h("div", { class: "ok" },
+        `submitted ${r.experiment}: ${r.planned.length} run${r.planned.length === 1 ? "" : "s"} (${r.group_id}) `, links));
+      // runs are recorded as they start, one after another: follow the submission until all are
+      const follow = setInterval(async () => {
+        try {
+          const page = await get(`/runs?group_id=${encodeURIComponent(r.group_id)}&limit=1000`);
+          paint(page.items.slice().reverse());
+          if (page.items.length >= r.planned.length) clearInterval(follow);
+        } catch {
+          clearInterval(follow);
+        }
+      }, 1000);
+      scope.timers.push(follow);
       onDone(r);
     } catch (err) {
       out.replaceChildren(err instanceof ApiError ? errorList(err, pick) : failure(err));
@@ -273,7 +287,7 @@ async function runView(id) {
         "Resume"),
       h("button", { type: "button", id: "cancel-button", disabled: !ACTIVE.has(r.status), onclick: act("cancel") },
         "Cancel"),
-      r.error ? h("pre", { class: "errors" }, r.error) : null);
+      ...(r.error ? [h("pre", { class: "errors" }, r.error)] : []));
     const rows = [["experiment", h("a", { href: `#/experiments/${encodeURIComponent(r.experiment)}` }, r.experiment)],
       ["target", r.target || "—"], ["run", r.name || "—"], ["backend", r.backend || "—"], ["seed", String(r.seed ?? "—")],
       ["summary", Object.entries(r.summary || {}).map(([k, v]) => `${k} ${typeof v === "number" ? fmt(v) : v}`).join(", ") || "—"],

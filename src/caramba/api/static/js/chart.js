@@ -29,10 +29,10 @@ export function niceTicks(lo, hi, count = 5) {
     return n * 10 ** e;
   };
   const step = nice(nice(hi - lo, false) / Math.max(1, count - 1), true);
+  // from the last tick at or below lo to the first at or above hi, so the data stays inside
+  const first = Math.floor(lo / step), last = Math.ceil(hi / step);
   const out = [];
-  for (let t = Math.floor(lo / step) * step; t <= hi + step * 0.5; t += step) {
-    out.push(Number(t.toPrecision(12)));
-  }
+  for (let k = first; k <= last; k++) out.push(Number((k * step).toPrecision(12)));
   return out;
 }
 
