@@ -62,6 +62,18 @@ class ClusterReport(BaseModel):
     def ok(self) -> bool:
         return self.ledger_ok and all(o.state == "done" and o.result.get("state") == "verified" for o in self.outcomes)
 
+    def as_text(self) -> str:
+        lines = [f"{len(self.outcomes)} runs on {self.cluster} ({len(self.workers)} workers), store {self.root}"]
+        for o in self.outcomes:
+            r = o.result
+            what = r.get("state", o.state)
+            extra = f" model v{r['model_version']}" if r.get("model_version") else ""
+            why = f": {o.error}" if o.state != "done" and o.error else ""
+            lines.append(f"  {o.run_id:<40} {what:<9} on {o.node or '-'} (attempt {o.attempts}){extra}{why}")
+        lines.append(f"ledger: {self.ledger_entries} entries, " + ("verifies end to end" if self.ledger_ok else "DOES NOT VERIFY"))
+        lines += [f"  {p}" for p in self.problems]
+        return "\n".join(lines)
+
     def by_node(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for o in self.outcomes:
