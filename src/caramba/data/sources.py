@@ -122,7 +122,7 @@ def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Datase
     elif kind == "tones":
         length = s.get("length", 256)
         y = rng.integers(0, k, size=n)
-        freq = 2.0 + 3.0 * y + rng.uniform(-0.5, 0.5, size=n)  # cycles per window, well separated per class
+        freq = 2.0 + 1.5 * y + rng.uniform(-0.5, 0.5, size=n)  # cycles per window: class bands 1.5 apart
         phase = rng.uniform(0, 2 * np.pi, size=n)
         t = np.arange(length) / length
         wave = np.sin(2 * np.pi * freq[:, None] * t[None, :] + phase[:, None])
