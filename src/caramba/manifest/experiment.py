@@ -189,8 +189,13 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+class RunCancelled(CarambaError):
+    """Raised by a Progress callback to stop a run; the run is recorded as cancelled."""
+
+
 class Progress:
-    """Callbacks a caller (the CLI's progress bar, the API's event stream) receives; all optional."""
+    """Callbacks a caller (the CLI's progress bar, the API's event stream) receives; all optional.
+    A callback may raise RunCancelled to stop the run (it is recorded as cancelled)."""
 
     def start(self, plan: RunPlan, run_id: str, total: int) -> None: ...
 
@@ -403,6 +408,11 @@ def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: 
     except KeyboardInterrupt:
         store.finish(rec.id, "cancelled", error="interrupted")
         raise
+    except RunCancelled as exc:
+        result = RunResult(rec.id, plan.label, "cancelled", error=exc.message)
+        store.finish(rec.id, "cancelled", error=exc.message)
+        progress.end(result)
+        return result
     except CarambaError as exc:
         result = RunResult(rec.id, plan.label, "failed", error=f"{type(exc).__name__}: {exc}")
         store.finish(rec.id, "failed", error=result.error)
@@ -600,6 +610,6 @@ def ir_summary(rec: Any) -> str:
 
 
 __all__ = [
-    "ExperimentResult", "Progress", "RunPlan", "RunResult", "build_optimizer", "execute", "inspect_run", "ir_summary",
+    "ExperimentResult", "Progress", "RunCancelled", "RunPlan", "RunResult", "build_optimizer", "execute", "inspect_run", "ir_summary",
     "loss_curve", "manifest_model", "plan_runs", "run_experiment",
 ]

@@ -115,3 +115,15 @@ def test_model_only_manifest_has_nothing_to_run():
     text = "topology:\n  inputs: {x: {shape: [2, 3]}}\n  nodes: [{id: r, op: activation.relu, in: [x]}]\n"
     with pytest.raises(ManifestError, match="nothing to run"):
         plan_runs(text)
+
+
+def test_a_progress_callback_can_cancel_a_run(store):
+    from caramba.manifest import Progress, RunCancelled
+
+    class Stop(Progress):
+        def step(self, step, total, values, samples_per_s):
+            if step == 3:
+                raise RunCancelled("stopped by the caller")
+
+    (r,) = run_experiment(BLOBS, store=store, progress=Stop()).runs
+    assert r.status == "cancelled" and store.get(r.run_id).status == "cancelled" and store.get(r.run_id).step <= 3
