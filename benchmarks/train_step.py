@@ -86,6 +86,17 @@ def caramba_impl(prob: dict[str, Any], runner: Any):
     return run, check
 
 
+def caramba_prepared(variant: str, runner: Any, inputs: dict[str, np.ndarray]):
+    """The harness's ``Prepared`` for ``benchmarks.workloads.mlp_train`` (inputs x, y, p0..p5)."""
+    from benchmarks.harness import Prepared
+
+    batch, sizes = VARIANTS[variant]
+    n = sum(1 for k in inputs if k.startswith("p"))
+    prob = {"batch": batch, "sizes": sizes, "params": [inputs[f"p{i}"] for i in range(n)], "x": inputs["x"], "y": inputs["y"]}
+    run, check = caramba_impl(prob, runner)
+    return Prepared(run, fetch=lambda r: np.asarray(r), check=check, note="TrainStep: one graph, fused Adam, resident state")
+
+
 # ---- JAX jit ----------------------------------------------------------------------------
 
 

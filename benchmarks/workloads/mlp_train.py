@@ -13,7 +13,7 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from benchmarks.harness import Case, NotApplicable, NotYet, Prepared, Workload
+from benchmarks.harness import Case, NotApplicable, Prepared, Workload
 from benchmarks.workloads.dense import gelu_ref
 
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
@@ -112,7 +112,9 @@ class MlpTrain(Workload):
         return np.concatenate([[loss], opt.ps[-2].ravel()])
 
     def caramba(self, case, runner, inputs):
-        raise NotYet("needs caramba.train (train-step graph builder, issue 5)")
+        from benchmarks.train_step import caramba_prepared
+
+        return caramba_prepared(case.params["variant"], runner, inputs)
 
     def numpy(self, case, inputs):
         opt = NumpyAdam(self._params(inputs))
