@@ -52,15 +52,16 @@ def register(app: typer.Typer) -> None:
         if source:
             typer.echo(a.text, nl=False)
             return
-        console.print(f"[bold]{a.op}[/] ({a.kind}{', ' + a.category if a.category else ''})  {a.file}")
-        console.print(escape(a.description))
-        if a.kind == "manifest":
-            from caramba.manifest.loader import dump_yaml
+        if a.kind == "manifest":  # printed as YAML (the header as comments), so `> my.yml` gives a manifest
+            import textwrap
+
             from caramba.manifest.registry import template_text
 
-            console.print()
-            typer.echo(template_text(a) or dump_yaml({}))
+            typer.echo(f"# {a.op}: " + "\n# ".join(textwrap.wrap(a.description, 96)))
+            typer.echo(template_text(a), nl=False)
             return
+        console.print(f"[bold]{a.op}[/] ({a.kind}{', ' + a.category if a.category else ''})  {a.file}")
+        console.print(escape(a.description))
         if a.ir:
             console.print(f"lowers to IR op [cyan]{a.ir}[/]")
         if a.params:

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from caramba.cli import app
 from caramba.manifest import ManifestError
+from caramba.manifest.compile import check
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 ENV = {"COLUMNS": "200"}
@@ -59,6 +60,10 @@ def test_asset_list_and_show():
     assert "124,439,808 values" in r.output and "vocab_size" in r.output
     r = invoke("asset", "show", "projection.linear", "--source")
     assert r.output.startswith("kind: operation")
+    r = invoke("asset", "show", "manifest.tune")
+    assert r.exit_code == 0 and r.output.startswith("# manifest.tune: ")
+    prep, _ = check(r.output)  # `caramba asset show manifest.tune > my.yml` gives a runnable manifest
+    assert len(prep.manifest.tuner.arms) == 3
     r = invoke("asset", "show", "projection.linaer")
     assert "did you mean 'projection.linear'" in str(r.exception)
 
