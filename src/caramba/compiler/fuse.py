@@ -8,7 +8,8 @@ Patterns, tried in this order (a node joins at most one fused node):
    (the longest declared form; exact and tanh GELU are different patterns, never swapped);
 2. ``layer_norm_residual``: layer_norm(x + r, ...) -> ``fused.layer_norm_residual`` (with the
    sum as a second output when something else uses it);
-3. ``softmax``: softmax(elementwise prologue) -> ``fused.softmax``;
+3. ``softmax``: softmax(elementwise prologue) -> ``fused.softmax``, and the spelled-out form
+   exp(x - max(x)) / sum(exp(x - max(x))) (keepdims, one axis) -> ``fused.softmax(x)``;
 4. ``elementwise``: chains of elementwise ops (broadcasts and scalar constants included),
    optionally ending in one reduction -> ``fused.elementwise``.
 
@@ -31,6 +32,7 @@ from caramba.ir.graph import Graph, Node, Origin, Ref
 from caramba.ir.opdef import get_op
 from caramba.ir.types import Effect, ValueType
 from caramba.ops import fused as F
+from caramba.ops._define import norm_axes
 
 
 def _touched(graph: Graph, node: Node) -> set[DType]:
@@ -277,6 +279,42 @@ class Fuser:
             self.taken.update(replaced)
         return found
 
+    def decomposed_softmax(self) -> list[Fusion]:
+        """exp(x - max(x, a)) / sum(exp(x - max(x, a)), a) (keepdims) -> fused.softmax(x)."""
+        found = []
+        for div in self.graph.nodes:
+            if div.op != "math.div" or div.id in self.taken:
+                continue
+            e, s = (self.graph.node(r.node) for r in div.inputs)
+            if e.op != "math.exp" or s.op != "reduce.sum" or s.inputs != (Ref(e.id),) or self.uses[e.id] != 2:
+                continue
+            sub = self.graph.node(e.inputs[0].node)
+            if sub.op != "math.sub" or len(sub.inputs) != 2:
+                continue
+            x, mref = sub.inputs
+            mx = self.graph.node(mref.node)
+            if mx.op != "reduce.max" or mx.inputs != (x,):
+                continue
+            rank = div.types[0].rank
+            axes = {n.id: _axes(n, rank) for n in (s, mx)}
+            if len(axes[s.id]) != 1 or axes[s.id] != axes[mx.id] or not (s.attrs["keepdims"] and mx.attrs["keepdims"]):
+                continue
+            chain = [mx, sub, e, s, div]
+            if (any(n.id in self.taken for n in chain) or self.graph.type_of(x) != div.types[0]
+                    or any(self.uses[n.id] != 1 for n in (mx, sub, s))):
+                continue
+            d = _touched(self.graph, div)
+            if not self.declared(F.SOFTMAX, d, div) or not self.supports(F.SOFTMAX, d, div):
+                continue
+            prec = self.same_precision(F.SOFTMAX, chain)
+            if prec is False:
+                continue
+            attrs = {"expr": F.Expr((), 0).encode(), "axis": axes[s.id][0]}
+            replaced = [n.id for n in chain]
+            found.append(Fusion(self.make(F.SOFTMAX, div, [x], attrs, div.types, prec, replaced), replaced))
+            self.taken.update(replaced)
+        return found
+
     def elementwise(self) -> list[Fusion]:
         found = []
         for root in reversed(self.graph.nodes):
@@ -312,6 +350,10 @@ class Fuser:
         return found
 
 
+def _axes(node: Node, rank: int) -> tuple[int, ...]:
+    return norm_axes(node.attrs["axes"], rank)
+
+
 def _activation(node: Node) -> str | None:
     if node.op == "activation.gelu":
         return "gelu" if node.attrs["approximate"] == "none" else "gelu_tanh"
@@ -337,7 +379,7 @@ def _apply(graph: Graph, fusions: list[Fusion]) -> Graph:
     return graph.rebuilt(nodes, outputs)
 
 
-PATTERNS = ("linear", "layer_norm_residual", "softmax", "elementwise")
+PATTERNS = ("linear", "layer_norm_residual", "softmax", "decomposed_softmax", "elementwise")
 
 
 def fuse(graph: Graph, ctx: PassContext) -> PassResult:

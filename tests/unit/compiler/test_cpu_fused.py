@@ -300,3 +300,20 @@ def test_branch_free_erfc_and_exp_are_as_accurate_as_libm():
             ulps = np.abs(got[ok] - want[ok]) / np.spacing(np.abs(want[ok]))
             assert ulps.max() <= 4, ulps.max()
     assert np.max(np.abs(e - sc.erfc(x))[np.isfinite(x)]) < 1e-15
+
+
+@needs_numba
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_spelled_out_softmax_becomes_one_fused_softmax(runner, axis):
+    with caramba.Graph("g") as g:
+        x = g.input("x", (6, 40))
+        e = ops.exp(x - ops.max(x, axes=[axis], keepdims=True))
+        g.output("p", e / ops.sum(e, axes=[axis], keepdims=True))
+    exe = _check(runner, g, {"x": RNG.uniform(-30, 30, (6, 40))})
+    assert [n.op for n in exe.graph.nodes if n.op != "graph.input"] == ["fused.softmax"]
+    with caramba.Graph("h") as h:  # the exp is needed elsewhere too: not a softmax to replace
+        x = h.input("x", (6, 40))
+        e = ops.exp(x - ops.max(x, axes=[-1], keepdims=True))
+        h.output("p", e / ops.sum(e, axes=[-1], keepdims=True))
+        h.output("e", e)
+    assert not any(n.op == "fused.softmax" for n in runner.compile(h).graph.nodes)
