@@ -36,8 +36,15 @@ def test_a_killed_worker_is_survived(checks):
     ray, local = fault["ray"], fault["reference"]
     assert fault["killed_node"] is not None, "the run finished before a worker could be killed"
     assert ray["attempts"] == 2 and ray["node"] != fault["killed_node"]
-    assert fault["resumed"] == [fault["killed_checkpoint"]]  # from its last checkpoint, not from scratch
+    assert fault["killed_checkpoint"] and fault["resumed"] == [fault["killed_checkpoint"]]  # from its last checkpoint
+    assert fault["zombie_entries"] == []  # the killed worker's experiment died with it
     assert fault["kept"], "entries recorded before the kill must all still be there"
     assert fault["ledger_ok"], fault["problems"]
     assert ray["state"] == "verified" and ray["sha256"] == local["sha256"] and ray["losses"] == local["losses"]
     assert f"actor 'worker:{fault['killed_node']}' died" in fault["dead_error"]
+
+
+def test_backend_actors_are_placed_by_backend(checks):
+    p = checks["placement"]
+    assert p["location"] == "cpu" and p["has_matmul"]
+    assert "needs backend:nope, which no node of the Ray cluster offers" in p["refused"]

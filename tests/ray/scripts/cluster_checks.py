@@ -78,16 +78,14 @@ def fault(system: ActorSystem) -> dict:
         notary = c.system.lookup("notary")
         progress = notary.ask(Query(subject="f0", name="progress")).entries
         job = c.job_states()[0]
-        print(f"tick {time.time() - t:.2f}s progress={len(progress)} job={job.state}", file=sys.stderr)
         if not progress:
             return  # wait for the first checkpoint
         if job.state != "leased":
             return
-        before = notary.ask(Query()).entries
         pid = c.workers[job.node].ask(WhoAmI()).pid
         os.kill(pid, signal.SIGKILL)  # the worker's process dies; its experiment (a child) with it
-        killed.update(node=job.node, pid=pid, entries=[e.hash for e in before],
-                      checkpoint=max(e.payload["step"] for e in before if e.kind == "artifact"))
+        before = notary.ask(Query()).entries
+        killed.update(node=job.node, pid=pid, entries=[e.hash for e in before])
 
     with Cluster("ray", root=ROOT / "fault", workers=2, system=system, lease_ttl=8.0, heartbeat_ttl=2.0,
                  poll_interval=0.2) as c:
@@ -98,8 +96,16 @@ def fault(system: ActorSystem) -> dict:
             raise SystemExit(f"no worker was killed: the run ended first: {c.job_states()}")
         result = outcome(c, "f0")
         notary = c.system.lookup("notary")
-        after = [e.hash for e in notary.ask(Query()).entries]
-        resumed = [e.payload["step"] for e in notary.ask(Query(subject="f0", name="resumed")).entries]
+        entries = notary.ask(Query()).entries
+        after = [e.hash for e in entries]
+        resumed_events = notary.ask(Query(subject="f0", name="resumed")).entries
+        resumed = [e.payload["step"] for e in resumed_events]
+        # the killed attempt: the actor that recorded the intent; its last checkpoint is where to resume,
+        # and (its process dead with the worker's) it must have recorded nothing after the resume
+        first = next(e.actor for e in entries if e.subject == "f0" and e.kind == "intent")
+        mine = [e for e in entries if e.actor == first]
+        killed["checkpoint"] = max((e.payload["step"] for e in mine if e.kind == "artifact"), default=None)
+        zombie = [e.seq for e in mine if resumed_events and e.seq > resumed_events[0].seq]
         try:
             c.workers[killed["node"]].ask(WhoAmI(), timeout=30)
             dead_error = ""
@@ -108,17 +114,33 @@ def fault(system: ActorSystem) -> dict:
         c.workers.pop(killed["node"])  # dead: nothing to stop at close
     return {
         "reference": reference, "ray": result, "killed_node": killed.get("node"), "killed_checkpoint": killed.get("checkpoint"),
-        "resumed": resumed, "kept": after[: len(killed.get("entries", []))] == killed.get("entries"),
+        "resumed": resumed, "zombie_entries": zombie, "kept": after[: len(killed.get("entries", []))] == killed.get("entries"),
         "ledger_ok": report.ledger_ok, "problems": report.problems, "dead_error": dead_error,
         "seconds": round(time.time() - t, 1),
     }
+
+
+def placement(system: ActorSystem) -> dict:
+    """A Backend actor lands where its backend is; one nobody offers is refused, not moved."""
+    from caramba.actors import Placement, PlacementError
+    from caramba.actors.backend import BackendActor, GetCapabilities, placement_for
+
+    ref = system.spawn(BackendActor, "backend:cpu", kwargs={"spec": "cpu"}, placement=placement_for("cpu"))
+    caps = ref.ask(GetCapabilities())
+    try:
+        system.spawn(BackendActor, "backend:nope", kwargs={"spec": "cpu"}, placement=Placement(backend="nope"))
+        refused = ""
+    except PlacementError as exc:
+        refused = str(exc)
+    system.stop("backend:cpu")
+    return {"location": caps.location, "has_matmul": "linalg.matmul" in caps.ops, "refused": refused}
 
 
 def main() -> None:
     t = time.time()
     with ActorSystem("ray", num_cpus=2, namespace="sweep") as system:
         started = round(time.time() - t, 1)
-        out = {"ray_start_seconds": started, "sweep": sweep(system)}
+        out = {"ray_start_seconds": started, "placement": placement(system), "sweep": sweep(system)}
         out["fault"] = fault(ActorSystem("ray", namespace="fault"))
     out["seconds"] = round(time.time() - t, 1)
     print(json.dumps(out))
