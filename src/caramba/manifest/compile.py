@@ -50,9 +50,12 @@ class Prepared:
 
 def load_document(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> Document:
     if isinstance(source, Document):
-        if overrides:
-            raise ManifestError("overrides apply when loading; pass a path or text instead of a Document")
-        return source
+        if not overrides:
+            return source
+        if not source.text:
+            raise ManifestError("overrides apply when loading; this Document has no source text to load again")
+        more = [f"{k}={v}" for k, v in overrides.items()] if isinstance(overrides, Mapping) else list(overrides)
+        return load_string(source.text, source.source, root=source.root, overrides=[*source.overrides, *more])
     if isinstance(source, str) and ("\n" in source or (":" in source and not source.endswith((".yml", ".yaml")))):
         return load_string(source, overrides=overrides)  # YAML text
     return load(Path(source), overrides=overrides)

@@ -259,11 +259,9 @@ def _override_list(overrides: Iterable[str] | Mapping[str, Any] | None) -> list[
 
 
 def _yaml_scalar(v: Any) -> str:
-    import json
+    from caramba.manifest.loader import _flow
 
-    if isinstance(v, str):
-        return json.dumps(v)  # JSON strings are YAML strings (keeps "1e-3" a string if it was one)
-    return json.dumps(v)
+    return _flow(v)
 
 
 def run_experiment(

@@ -213,6 +213,7 @@ class Document:
     key_locations: dict[tuple, Loc] = field(default_factory=dict, repr=False)
     variables: dict[str, Any] = field(default_factory=dict, repr=False)
     overrides: tuple[str, ...] = ()
+    text: str = field(default="", repr=False)  # the source text (to load again with more overrides)
 
     def loc(self, path: Iterable[Any] = (), *, key: bool = False) -> Loc:
         """The location of ``path``, or of its nearest located ancestor."""
@@ -813,7 +814,19 @@ def load_string(
     if var_node is not None:
         for k, _ in var_node.value:
             resolved_vars[k.value] = _plain(expander.resolve(k.value, scope.vars[k.value], k.loc), (), {}, {})
-    return Document(data, source, root_path, locs, key_locs, resolved_vars, tuple(f"{k}={v}" for k, v in items))
+    return Document(data, source, root_path, locs, key_locs, resolved_vars,
+                    tuple(f"{k}={_flow(v)}" for k, v in items), text)
+
+
+def _flow(value: Any) -> str:
+    """``value`` as one line of YAML that reads back as the same value (JSON, which is YAML and
+    quotes every string, so "1e-3" stays a string; YAML's .inf/.nan for non-finite floats)."""
+    import json
+
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return yaml.safe_dump(value, default_flow_style=True, width=1 << 30).removesuffix("\n...\n").strip()
 
 
 def load(
