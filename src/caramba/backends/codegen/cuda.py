@@ -20,6 +20,25 @@ _FLOAT_FNS = {
 }
 ENTRY = "cb_main"
 
+# 1 - b^n for an integer n >= 0 (Adam's bias corrections): b^n by squaring in double-double
+# (fma gives each product's exact error), then 1 - hi - lo: ~correctly rounded near 1
+_BIAS = """static __device__ T cb_bias(T b, T n) {
+    T rh = 1, rl = 0, xh = b, xl = 0, k = n;
+    while (k > 0) {
+        T half = floor(k * (T)0.5);
+        if (k - 2 * half == 1) {
+            T p = rh * xh, e = fma(rh, xh, -p) + (rh * xl + rl * xh), s = p + e;
+            rl = e - (s - p); rh = s;
+        }
+        k = half;
+        if (k > 0) {
+            T p = xh * xh, e = fma(xh, xh, -p) + (xh * xl + xl * xh), s = p + e;
+            xl = e - (s - p); xh = s;
+        }
+    }
+    return (1 - rh) - rl;
+}"""
+
 
 class CudaEmitter(Emitter):
     lang = "cuda"
@@ -78,6 +97,11 @@ class CudaEmitter(Emitter):
     def math(self, w: KernelWriter, name: str, d, args: Sequence[str]) -> str:
         d = self.compute_dtype(d)
         joined = ", ".join(args)
+        if name == "bias" and d.is_float:
+            t = self.t(d)
+            fname = f"cb_bias_{d.short}"
+            w.need_text(fname, _BIAS.replace("T", t).replace("cb_bias", fname))
+            return f"{fname}({joined})"
         if name == "abs":
             fn = {DType.float64: "fabs", DType.float32: "fabsf", DType.int64: "llabs", DType.int32: "abs"}[d]
             return f"{fn}({joined})"

@@ -33,7 +33,9 @@ NAN = {"f64": "bitcast<f64>(0x7ff8000000000000lu)", "f32": "bitcast<f32>(0x7fc00
 def render(template: str, tag: str) -> str:
     suffix = "lf" if tag == "f64" else "f"
     text = _LIT.sub(lambda m: m.group(1) + suffix, template)
-    return text.replace("$INF", INF[tag]).replace("$NAN", NAN[tag]).replace("$T", tag).replace("$S", tag)
+    split = "134217729.0lf" if tag == "f64" else "4097.0f"
+    text = text.replace("$INF", INF[tag]).replace("$NAN", NAN[tag]).replace("$SPLIT", split)
+    return text.replace("$T", tag).replace("$S", tag)
 
 
 # name -> (dependencies, f64 template, f32 template). Dependencies are helper names (without tag).
@@ -608,25 +610,60 @@ fn cb_cos_f32(x: f32) -> f32 { return cos(x); }
 # ---- pow -------------------------------------------------------------------------------
 
 _define(
+    "prod_err",
+    ("special",),
+    # Dekker: a * b - fl(a * b) exactly, without fma (|a|, |b| below 2^995 for f64)
+    """
+fn cb_split_$S(a: $T) -> vec2<$T> {
+    let c = $SPLIT * a;
+    let hi = c - cb_opaque_$S(c - a);
+    return vec2<$T>(hi, a - hi);
+}
+fn cb_prod_err_$S(a: $T, b: $T, p: $T) -> $T {
+    let sa = cb_split_$S(a);
+    let sb = cb_split_$S(b);
+    return ((sa.x * sb.x - p) + sa.x * sb.y + sa.y * sb.x) + sa.y * sb.y;
+}
+""",
+)
+
+_define(
+    "bias",
+    ("prod_err",),
+    # 1 - b^n for an integer n >= 0 (Adam's bias corrections): b^n by squaring in double-double,
+    # then 1 - hi - lo, so the cancellation near 1 loses nothing and the result is ~correctly rounded
+    """
+fn cb_ddmul_$S(ah: $T, al: $T, bh: $T, bl: $T) -> vec2<$T> {
+    let p = cb_opaque_$S(ah * bh);
+    let e = cb_prod_err_$S(ah, bh, p) + (ah * bl + al * bh);
+    let s = cb_opaque_$S(p + e);
+    return vec2<$T>(s, e - (s - p));
+}
+fn cb_bias_$S(b: $T, n: $T) -> $T {
+    var r = vec2<$T>(1.0_L, 0.0_L);
+    var x = vec2<$T>(b, 0.0_L);
+    var k = n;
+    loop {
+        if (k <= 0.0_L) { break; }
+        let half = floor(k * 0.5_L);
+        if (k - 2.0_L * half == 1.0_L) { r = cb_ddmul_$S(r.x, r.y, x.x, x.y); }
+        k = half;
+        if (k > 0.0_L) { x = cb_ddmul_$S(x.x, x.y, x.x, x.y); }
+    }
+    return (1.0_L - r.x) - r.y;
+}
+""",
+)
+
+_define(
     "powpos",
-    ("exp", "log", "frexp", "special"),
+    ("exp", "log", "frexp", "prod_err", "special"),
     # x > 0 finite, y finite: exp(y * log x) with log x as a double-double (fdlibm's log with
     # the rounding errors of f - f*f/2 and of k ln2 + that kept), so y * log x is good to
     # ~2^-100 relative and the result to about an ulp. Products' errors come from Dekker's
     # split, not fma (lavapipe lowers f64 fma to a multiply and an add); cb_opaque keeps the
     # error terms from being folded away.
     """
-fn cb_split_f64(a: f64) -> vec2<f64> {
-    let c = 134217729.0lf * a;
-    let hi = c - cb_opaque_f64(c - a);
-    return vec2<f64>(hi, a - hi);
-}
-fn cb_prod_err_f64(a: f64, b: f64, p: f64) -> f64 {
-    // a * b - p exactly, for p = fl(a * b) (|a|, |b| < 2^995)
-    let sa = cb_split_f64(a);
-    let sb = cb_split_f64(b);
-    return ((sa.x * sb.x - p) + sa.x * sb.y + sa.y * sb.x) + sa.y * sb.y;
-}
 fn cb_logdd_f64(x: f64) -> vec2<f64> {
     var m = cb_frexp_fract_f64(x);
     var e = cb_frexp_exp_f64(x);

@@ -197,6 +197,60 @@ _reg("attention.sdpa", lambda op, d: [] if d is BOOL else [
 _reg("attention.rope", lambda op, d: [graph(f"rope-{d.short}", d, [((2, 5, 8), None, A)], lambda x: ops.rope(x, offset=3))])
 
 
+# ---- train -----------------------------------------------------------------------------------
+def _opt(op: str, d: DType) -> list[Sample]:
+    if d is I64:
+        return []
+    name = op.rsplit(".", 1)[1]
+    stepped = name in ("adam", "adamax", "lamb")
+    slots = {"sgd": 1, "adam": 2, "adamax": 2, "rmsprop": 2, "adagrad": 1, "lion": 1, "lamb": 2}[name]
+    attrs = {"sgd": {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}, "rmsprop": {"momentum": 0.5},
+             "adam": {"weight_decay": 0.1, "decoupled": True}}.get(name, {})
+    specs = [((3, 4), None, A), ((3, 4), None, A), ((), None, (0.01, 0.1)), ((), None, (0.5, 1.0))]
+    if stepped:
+        specs.append(((), I64, (1, 20)))
+    specs += [((3, 4), None, POS)] * slots
+
+    def fn(*xs):
+        return caramba.ir.current_graph().call(op, list(xs), attrs)
+
+    return [graph(f"{name}-{d.short}", d, specs, fn)]
+
+
+for _op in ("sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb"):
+    _reg(f"train.optimizer.{_op}", _opt)
+
+
+def _loss(op: str, d: DType) -> list[Sample]:
+    call = caramba.ir.current_graph
+
+    if op in ("train.loss.mse", "train.loss.bce"):
+        if d.is_int:
+            return []
+        rng_t = (0.0, 1.0) if op == "train.loss.bce" else A
+        out = []
+        for red in ("mean", "sum", "none"):
+            out.append(graph(f"{op}-{red}-{d.short}", d, [((3, 4), None, (0.01, 0.99)), ((3, 4), None, rng_t)],
+                             lambda p, t, r=red: call().call(op, [p, t], {"reduction": r})))
+        if op == "train.loss.bce":
+            out.append(graph(f"{op}-probs-{d.short}", d, [((3, 4), None, (0.01, 0.99)), ((3, 4), None, (0, 1))],
+                             lambda p, t: call().call(op, [p, t], {"from_logits": False})))
+        return out
+    out = []
+    for lab in (I64, I32):
+        fd = F64 if d.is_int else d
+        if d.is_int and d is not lab:
+            continue
+        attrs = {"train.loss.cross_entropy": {"label_smoothing": 0.1, "reduction": "sum"}}.get(op, {})
+        out.append(graph(f"{op}-{fd.short}-{lab.short}", fd, [((4, 5), None, A), ((4,), lab, (0, 4))],
+                         lambda x, y, a=attrs: call().call(op, [x, y], a)))
+    return out
+
+
+for _op in ("train.loss.mse", "train.loss.bce", "train.loss.cross_entropy", "train.metric.accuracy", "train.metric.perplexity"):
+    _reg(_op, _loss)
+
+
 def samples(op: str, d: DType) -> list[Sample]:
     """Graphs exercising ``op`` at dtype ``d`` (empty if the table has none)."""
     fn = TABLE.get(op)

@@ -165,6 +165,7 @@ def _load() -> None:
         nn,
         reduce,
         shape,
+        train,
     )
 
 
