@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             result = run_experiment(manifest, set_, backend=backend or None, target=target, store=runs,
-                                    progress=CliProgress())
+                                    progress=CliProgress(), default_backend=settings.backend)
         finally:
             bar.close()
         metric_cols = [c for c in result.columns() if c == "train.loss" or c.startswith(("val.", "test."))]
@@ -158,7 +158,6 @@ def register(app: typer.Typer) -> None:
         if base is not None:
             console.print(f"unigram baseline loss {base:.4f}")
         console.print(f"store {escape(str(runs.root))}; inspect with: caramba research inspect {escape(result.runs[-1].run_id)}")
-        del settings
         if not result.ok:
             raise typer.Exit(1)
 

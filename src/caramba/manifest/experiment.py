@@ -209,7 +209,7 @@ class Progress:
 
 
 def plan_runs(source: Any, overrides: Iterable[str] | Mapping[str, Any] | None = None, *, backend: str | None = None,
-              target: str | None = None) -> list[RunPlan]:
+              target: str | None = None, default_backend: str | None = None) -> list[RunPlan]:
     """Every run a manifest asks for: tuner arms x targets x runs (each arm re-loads the manifest
     with its overrides applied, so an arm may change anything, variables included)."""
     base_overrides = _override_list(overrides)
@@ -236,7 +236,7 @@ def plan_runs(source: Any, overrides: Iterable[str] | Mapping[str, Any] | None =
                 raise prep.doc.error(("targets",), f"no target '{target}'; {did_you_mean(target, names)}")
             targets = [t for t in targets if t.name == target]
         for t in targets:
-            spec = backend or t.backend or _default_backend()
+            spec = backend or t.backend or default_backend or _default_backend()
             for r in t.runs:
                 if r.mode == "train" and prep.manifest.trainer is None:
                     raise prep.doc.error(("targets",), f"run '{r.id}' trains but the manifest has no trainer")
@@ -272,12 +272,14 @@ def run_experiment(
     target: str | None = None,
     store: Any = None,
     progress: Progress | None = None,
+    default_backend: str | None = None,
 ) -> ExperimentResult:
     """Run every planned run of a manifest (path, YAML text or Document) and record it.
 
     ``overrides`` are ``--set`` items (``["trainer.steps=50"]`` or ``{"trainer.steps": 50}``);
-    ``backend`` replaces every target's backend; ``target`` picks one target; ``store`` is a
-    ``RunStore`` (default: the configured local store). A run that fails is recorded as failed
+    ``backend`` replaces every target's backend; a target without one uses ``default_backend``
+    (default: ``CARAMBA_BACKEND`` or the ``backend`` setting); ``target`` picks one target;
+    ``store`` is a ``RunStore`` (default: the configured local store). A run that fails is recorded as failed
     with its error and the others still run; ``result.ok`` says whether all finished.
     """
     import secrets
@@ -285,7 +287,7 @@ def run_experiment(
     from caramba.store.runs import open_runs
 
     store = store if store is not None else open_runs()
-    plans = plan_runs(source, overrides, backend=backend, target=target)
+    plans = plan_runs(source, overrides, backend=backend, target=target, default_backend=default_backend)
     m = plans[0].prep.manifest
     group = f"{m.name}-{secrets.token_hex(3)}"
     results = [execute(p, store, progress, group) for p in plans]

@@ -51,3 +51,15 @@ def test_a_failed_run_exits_nonzero_and_says_why(tmp_path):
     m.write_text(MANIFEST.replace("lr: 0.05", "lr: 1.0e+300"))
     r = invoke("research", "run", str(m), "--store", str(tmp_path / "s"), "-q")
     assert r.exit_code == 1 and "failed" in r.output and "the loss became" in r.output
+
+
+def test_settings_file_gives_the_store_and_default_backend(tmp_path):
+    m = tmp_path / "tiny.yml"
+    m.write_text(MANIFEST)
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"store: {tmp_path / 'from-config'}\nbackend: cpu:threads=1\n")
+    r = invoke("research", "run", str(m), "--config", str(cfg), "-q", "--set", "trainer.steps=2")
+    assert r.exit_code == 0, r.output
+    assert str(tmp_path / "from-config") in r.output.replace("\n", "")
+    r = invoke("research", "status", "latest", "--config", str(cfg))
+    assert "cpu:threads=1" in r.output
