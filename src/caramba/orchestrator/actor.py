@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from caramba.actors.base import Actor, ActorDied, ActorError, AskTimeout, Placement, handler
-from caramba.actors.experiment import Experiment, GetStatus, Start
+from caramba.actors.experiment import Cancel, Experiment, GetStatus, Start
 from caramba.actors.messages import Message
 from caramba.cluster.profile import HardwareProfile, probe
 from caramba.cluster.registry import NodeInfo, NodeRegistry
@@ -262,6 +262,7 @@ class Worker(Actor):
         self.steps_per_tick = steps_per_tick
         self.measure = measure
         self.running: dict[str, str] = {}
+        self.jobs: dict[str, str] = {}  # lease id -> job id
         self.finished = 0
 
     def started(self) -> None:
@@ -297,7 +298,15 @@ class Worker(Actor):
                         orch.ask(Fail(lease_id=lease_id, token=lease.token, error=exc.message, retry=True))
                     except LeaseLost:
                         pass
-            del self.running[lease_id]  # finished, died, or the lease moved on: the child is done
+            else:  # finished, or the lease moved on; a cancelled job is cancelled in the ledger too
+                job_id = self.jobs.get(lease_id)
+                if job_id is not None and orch.ask(GetJob(job_id=job_id)).state == "cancelled":
+                    try:
+                        self.context.lookup(name).ask(Cancel(reason="the job was cancelled"), timeout=self.status_timeout)
+                    except ActorError:
+                        pass
+            del self.running[lease_id]  # the child is done
+            self.jobs.pop(lease_id, None)
             self.finished += 1
             try:
                 self.context.system.stop(name)
@@ -324,6 +333,7 @@ class Worker(Actor):
                 placement=Placement(node=self.context.node),
             ).tell(Start())
             self.running[g.lease.id] = name
+            self.jobs[g.lease.id] = g.job.id
             try:  # spawning can take a while (a new process on Ray): renew right after it
                 orch.ask(Renew(lease_id=g.lease.id, token=g.lease.token))
             except LeaseLost:

@@ -6,7 +6,7 @@ from caramba.actors.experiment import RunSpec, recorded_metrics
 from caramba.actors.notary import Query
 from caramba.actors.services import run_experiment, start_services
 from caramba.actors.system import ActorSystem
-from caramba.orchestrator.actor import AdvanceClock, ListNodes
+from caramba.orchestrator.actor import AdvanceClock, CancelJob, ListNodes
 from caramba.orchestrator.run import Cluster, run_cluster
 
 
@@ -71,3 +71,17 @@ def notary_entries(root):
         return ledger.entries()
     finally:
         ledger.close()
+
+
+def test_cancelling_a_job_cancels_its_experiment(tmp_path):
+    with Cluster("local", root=tmp_path, workers=1) as c:
+        (job,) = c.submit([spec("c1", steps=400, checkpoint_every=100)])
+        c.tick(max_messages=0)
+        c.system.run_until_idle(max_messages=20)
+        assert c.orchestrator.ask(CancelJob(job_id=job.id)).state == "cancelled"
+        jobs = c.wait(timeout=60)
+        notary = c.system.lookup("notary")
+        cancelled = notary.ask(Query(subject="c1", name="cancelled")).entries
+        claims = notary.ask(Query(subject="c1", kind="claim")).entries
+    assert jobs[0].state == "cancelled"
+    assert [e.payload["reason"] for e in cancelled] == ["the job was cancelled"] and claims == []
