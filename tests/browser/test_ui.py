@@ -84,3 +84,43 @@ def test_ui_refuses_to_load_from_other_origins(page, live_server):
     })""")
     assert blocked == "blocked"
     assert not Path(ROOT / "src" / "caramba" / "api" / "static" / "vendor").exists()
+
+
+TINY_ACTORS = """\
+name: tiny-ui
+topology:
+  inputs:
+    x: {shape: [batch, 2]}
+    label: {shape: [batch], dtype: int64}
+  nodes:
+    - {id: fc, op: projection.linear, in: [x], config: {out_features: 2}}
+    - {id: loss, op: loss.cross_entropy, in: [fc, label]}
+  outputs: {logits: fc, loss: loss}
+datasets:
+  blobs: {source: generated, kind: blobs, n: 200, features: 2, classes: 2, feed: {label: y}}
+trainer: {loss: loss, lr: 0.05, batch_size: 16, steps: 8, log_every: 1}
+checkpoints: {every: 4}
+targets: [{name: cpu, backend: cpu, runs: [{id: seed0, seed: 0}]}]
+"""
+
+
+def test_actor_run_evidence_models_and_notary_pages(page, login, artifacts):
+    page.fill("#manifest-text", TINY_ACTORS)
+    page.select_option("#manifest-executor", "actors")
+    page.click("#submit-button")
+    link = page.locator("#submitted-runs a").first
+    link.wait_for(timeout=60_000)
+    link.click()
+    page.locator(".run-head [data-status=finished]").wait_for(timeout=120_000)
+    page.locator("h2:has-text('Evidence') [data-status=VERIFIED]").wait_for()
+    assert page.locator("table.entries tbody tr").count() >= 6
+    page.screenshot(path=str(artifacts / "run-actors.png"), full_page=True)
+
+    page.click("a[data-nav=models]")
+    page.click("a[href='#/models/tiny-ui']")
+    page.locator("table tbody tr").first.wait_for()
+    page.click("table tbody tr a[href^='#/notary?entry=']")
+    page.locator("#validity-result [data-status=VERIFIED]").wait_for()
+    page.locator("#ledger-integrity [data-status=valid]").wait_for()
+    page.screenshot(path=str(artifacts / "notary.png"), full_page=True)
+    assert page.js_errors == []

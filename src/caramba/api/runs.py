@@ -164,6 +164,9 @@ class RunService:
         self.closing = threading.Event()
         self._slots = threading.BoundedSemaphore(workers)
         self._graphs: dict[str, Any] = {}
+        from caramba.api.actors import ActorHost
+
+        self.actors = ActorHost(self.root / "cluster", self.root)
 
     # ---- reading ---------------------------------------------------------------------------
     def record(self, ref: str) -> Any:
@@ -174,20 +177,36 @@ class RunService:
         except RunNotFound as exc:
             raise NotFound(exc.message, hint=exc.hint) from None
 
-    def status_of(self, rec: Any) -> str:
+    def _actor_state(self, rec: Any) -> str | None:
+        ledger_run = rec.config.get("ledger_run") if isinstance(rec.config, dict) else None
+        if not ledger_run or rec.status in TERMINAL or ledger_run not in self.actors.experiments:
+            return None
+        return self.actors.state(ledger_run)
+
+    def status_of(self, rec: Any, actor_state: str | None = None) -> str:
         control = self.live.get(rec.id)
         if control is not None and rec.status == "running" and control.parked.is_set():
+            return "paused"
+        if actor_state == "paused" and rec.status == "running":
             return "paused"
         return rec.status
 
     def view(self, rec: Any) -> dict[str, Any]:
         """A run as the API returns it."""
+        actor_state = self._actor_state(rec)
+        control = self.live.get(rec.id)
+        error = rec.error or None
+        if control is not None and rec.status in TERMINAL and control.cancel.is_set():
+            error = control.reason or error  # recorded as interrupted a moment before the reason is
+        live = (control is not None and rec.status not in TERMINAL) or actor_state is not None
         return {
-            "id": rec.id, "experiment": rec.experiment, "status": self.status_of(rec), "target": rec.target,
+            "id": rec.id, "experiment": rec.experiment, "status": self.status_of(rec, actor_state), "target": rec.target,
             "name": rec.run_name, "group_id": rec.group_id, "arm": rec.arm, "seed": rec.seed, "backend": rec.backend,
             "created": rec.created, "started": rec.started, "finished": rec.finished, "step": rec.step,
-            "steps": rec.steps, "summary": rec.summary, "error": rec.error or None,
-            "manifest_sha256": rec.manifest_sha256 or None, "live": rec.id in self.live,
+            "steps": rec.steps, "summary": rec.summary, "error": error,
+            "manifest_sha256": rec.manifest_sha256 or None, "live": live,
+            "executor": "actors" if rec.config.get("ledger_run") else "local",
+            "ledger_run": rec.config.get("ledger_run"),
         }
 
     def runs(self, *, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
@@ -232,7 +251,8 @@ class RunService:
         return self._graphs[run_id]
 
     # ---- executing -------------------------------------------------------------------------
-    def submit(self, text: str, name: str, overrides: list[str], targets: list[str], run_ids: list[str]) -> dict[str, Any]:
+    def submit(self, text: str, name: str, overrides: list[str], targets: list[str], run_ids: list[str],
+               executor: str = "local") -> dict[str, Any]:
         """Plan a manifest's runs (a bad manifest raises a located ManifestError here, before
         anything runs), then execute them one after another in a background thread; returns
         once the first run is recorded (or the submission waits for a free worker)."""
@@ -263,6 +283,8 @@ class RunService:
                 if id(p.prep) not in checked:
                     checked.add(id(p.prep))
                     p.prep.lower(training=p.prep.manifest.trainer is not None)
+            if executor == "actors":
+                return self._submit_actors(path, overrides, plans)
             group = f"{plans[0].prep.manifest.name}-{secrets.token_hex(3)}"
         first = threading.Event()
         thread = threading.Thread(target=self._execute, args=(plans, group, first), name=f"caramba-run-{group}",
@@ -278,6 +300,33 @@ class RunService:
             "planned": [{"label": p.label, "target": p.target.name, "run": p.run.id, "arm": p.arm,
                          "backend": p.backend, "seed": p.run.seed, "steps": p.steps} for p in plans],
             "runs": runs[::-1],
+        }
+
+    def _submit_actors(self, path: Path, overrides: list[str], plans: list[Any]) -> dict[str, Any]:
+        """One Experiment actor per planned run (the manifest driver): evidence goes to the
+        Notary, a VERIFIED result becomes a model version, the run store gets the metrics at
+        each checkpoint. Re-submitting a manifest that already ran finds its verified runs."""
+        from caramba.orchestrator.manifest import run_specs
+
+        wanted = {p.label for p in plans}
+        specs = [s for s in run_specs(path, overrides=overrides) if s.run_id.split("/", 1)[1] in wanted]
+        group = specs[0].run_id.split("/", 1)[0]
+        for spec in specs:
+            self.actors.spawn(spec)
+        deadline = time.monotonic() + 15.0  # the record appears once the model is built
+        mine: list[Any] = []
+        while time.monotonic() < deadline:
+            mine = [r for r in self.store.list(limit=10_000, group_id=group)
+                    if r.config.get("ledger_run") in {s.run_id for s in specs}]
+            if mine:
+                break
+            time.sleep(0.05)
+        return {
+            "experiment": plans[0].prep.manifest.name,
+            "group_id": group,
+            "planned": [{"label": p.label, "target": p.target.name, "run": p.run.id, "arm": p.arm,
+                         "backend": p.backend, "seed": p.run.seed, "steps": p.steps} for p in plans],
+            "runs": [self.view(r) for r in mine[::-1]],
         }
 
     def _execute(self, plans: list[Any], group: str, first: threading.Event) -> None:
@@ -312,6 +361,9 @@ class RunService:
     # ---- steering --------------------------------------------------------------------------
     def control(self, run_id: str, verb: str) -> dict[str, Any]:
         rec = self.record(run_id)
+        if self._actor_state(rec) is not None:  # an Experiment actor runs it: ask the actor
+            self.actors.steer(rec.config["ledger_run"], verb)
+            return self.view(self.store.get(rec.id))
         control = self.live.get(rec.id)
         status = self.status_of(rec)
         if control is None or rec.status in TERMINAL:
@@ -339,6 +391,7 @@ class RunService:
     def close(self) -> None:
         """Cancel live runs and stop streams; wait briefly for the threads to record it."""
         self.closing.set()
+        self.actors.close()
         with self.lock:
             controls = list(self.live.values())
             threads = list(self.threads.values())

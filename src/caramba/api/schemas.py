@@ -153,6 +153,8 @@ class RunOut(BaseModel):
     error: str | None = None
     manifest_sha256: str | None = None
     live: bool = Field(False, description="executing in this server (so it can be paused, resumed or cancelled)")
+    executor: Literal["local", "actors"] = "local"
+    ledger_run: str | None = Field(None, description="the run's subject in the Notary's ledger (actor runs)")
 
 
 class ExperimentOut(BaseModel):
@@ -190,6 +192,12 @@ class SubmitIn(ManifestIn):
 
     targets: list[str] = Field(default_factory=list, max_length=64)
     runs: list[str] = Field(default_factory=list, max_length=256)
+    executor: Literal["local", "actors"] = Field(
+        "local",
+        description="local: the experiment runner in a server thread (metrics every log_every steps, "
+        "evaluations, plots); actors: an Experiment actor per run (evidence to the Notary, a verified "
+        "result becomes a model version; metrics reach the store at each checkpoint)",
+    )
 
 
 class PlannedRun(BaseModel):

@@ -126,11 +126,12 @@ def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = 
     ).model_dump()
 
 
-def explain_recorded(path: Path, dims: dict[str, int], backend: str) -> dict[str, Any]:
-    """Explain the graph of a run's recorded (fully expanded) manifest with the run's dims."""
+def explain_recorded(path: Path, dims: dict[str, int] | None, backend: str, overrides: list[str] = ()) -> dict[str, Any]:
+    """Explain the graph of a run's manifest: the expanded one it recorded (with the run's
+    dims), or the file it ran (with its overrides, data bound to get the dims)."""
     from caramba.manifest.compile import prepare
 
-    prep = prepare(path, load_data=False)
+    prep = prepare(path, list(overrides), load_data=dims is None)
     return explain(model_graph(prep, dims), backend)
 
 

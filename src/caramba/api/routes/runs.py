@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -66,7 +67,7 @@ def submit(body: SubmitIn, request: Request) -> dict[str, Any]:
     server. The manifest is checked first; a bad one is answered 422 with its location and
     nothing runs. The answer lists the planned runs and those already recorded (the first
     one, unless the server is busy); ``GET /runs?group_id=...`` follows the rest."""
-    return _service(request).submit(body.manifest, body.name, body.overrides, body.targets, body.runs)
+    return _service(request).submit(body.manifest, body.name, body.overrides, body.targets, body.runs, body.executor)
 
 
 @router.get("/runs", response_model=Page[RunOut])
@@ -172,6 +173,31 @@ def download_artifact(run_id: str, name: str, request: Request) -> FileResponse:
                         headers={"ETag": f'"{a.sha256}"', "X-Content-SHA256": a.sha256})
 
 
+@router.get("/runs/{run_id}/evidence", response_model=dict[str, Any], responses=ERRORS)
+def run_evidence(run_id: str, request: Request) -> dict[str, Any]:
+    """What the Notary holds about a run executed by an Experiment actor: its entries (intent,
+    checkpoints, progress, final claim) and the verdict on the newest claim, computed now."""
+    from caramba.actors.notary import Query as NotaryQuery
+    from caramba.actors.notary import ValidityOf
+
+    svc = _service(request)
+    rec = svc.record(run_id)
+    subject = rec.config.get("ledger_run") if isinstance(rec.config, dict) else None
+    if not subject:
+        return {"subject": None, "entries": [], "verdict": None,
+                "note": "this run was executed by the experiment runner, not an Experiment actor: no ledger entries"}
+    host = svc.actors
+    if not host.has_ledger():
+        return {"subject": subject, "entries": [], "verdict": None, "note": "the ledger is empty"}
+    found = host.notary(NotaryQuery(subject=subject)).entries
+    claims = [e for e in found if e.kind == "claim"]
+    verdict = None
+    if claims:
+        v = host.notary(ValidityOf(entry=claims[-1].hash))
+        verdict = {**v.model_dump(mode="json"), "valid": v.valid, "explain": v.explain()}
+    return {"subject": subject, "entries": [e.model_dump(mode="json") for e in found], "verdict": verdict, "note": None}
+
+
 @router.get("/runs/{run_id}/graph", response_model=CompileOut, responses=ERRORS)
 def run_graph(run_id: str, request: Request) -> dict[str, Any]:
     """The run's model graph before and after the compiler pipeline for the run's backend,
@@ -180,11 +206,15 @@ def run_graph(run_id: str, request: Request) -> dict[str, Any]:
 
     svc = _service(request)
     rec = svc.record(run_id)
-    recorded = [a for a in svc.artifacts(rec.id) if a.kind == "manifest"]
-    if not recorded or not recorded[0].path.is_file():
-        raise NotFound(f"run {rec.id} recorded no manifest, so its graph cannot be shown")
-    dims = {k: int(v) for k, v in (rec.config.get("dims") or {}).items()}
-    return svc.graph_report(rec.id, lambda: explain_recorded(recorded[0].path, dims, rec.backend or "cpu"))
+    recorded = [a.path for a in svc.artifacts(rec.id) if a.kind == "manifest" and a.path.is_file()]
+    if recorded:  # the expanded manifest the experiment runner saved
+        dims = {k: int(v) for k, v in (rec.config.get("dims") or {}).items()}
+        return svc.graph_report(rec.id, lambda: explain_recorded(recorded[0], dims, rec.backend or "cpu"))
+    source = Path(rec.manifest_path) if rec.manifest_path else None
+    if source is not None and source.is_file():  # an actor run cites the manifest file it ran
+        overrides = list(((rec.config.get("spec") or {}).get("config") or {}).get("overrides") or [])
+        return svc.graph_report(rec.id, lambda: explain_recorded(source, None, rec.backend or "cpu", overrides))
+    raise NotFound(f"run {rec.id} recorded no manifest, so its graph cannot be shown")
 
 
 for _verb, _doc in (

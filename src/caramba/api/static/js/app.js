@@ -54,6 +54,9 @@ function submitPanel(onDone) {
   const file = h("input", { id: "manifest-file", type: "file", accept: ".yml,.yaml,text/yaml" });
   const name = h("input", { id: "manifest-name", value: "manifest.yml", size: 18 });
   const overrides = h("input", { id: "manifest-overrides", placeholder: "trainer.steps=50 …", size: 28 });
+  const executor = h("select", { id: "manifest-executor", title: "local: live curves every log_every steps; "
+    + "actors: Experiment actors with evidence to the Notary and model versions (metrics at checkpoints)" },
+  h("option", { value: "local" }, "experiment runner"), h("option", { value: "actors" }, "Experiment actors"));
   const out = h("div", { id: "submit-result" });
   file.addEventListener("change", async () => {
     const f = file.files[0];
@@ -73,6 +76,7 @@ function submitPanel(onDone) {
     name: name.value || "manifest.yml",
     overrides: overrides.value.split(/\s+/).filter(Boolean),
   });
+  const submitBody = () => ({ ...body(), executor: executor.value });
   const validate = async () => {
     out.replaceChildren(h("span", { class: "muted" }, "checking…"));
     try {
@@ -88,7 +92,7 @@ function submitPanel(onDone) {
     ev.preventDefault();
     out.replaceChildren(h("span", { class: "muted" }, "submitting…"));
     try {
-      const r = await post("/experiments", body());
+      const r = await post("/experiments", submitBody());
       const links = h("span", { id: "submitted-runs" });
       const paint = (runs) => links.replaceChildren(...runs.map((run, i) => [i ? ", " : "", runLink(run)]).flat());
       paint(r.runs);
@@ -112,7 +116,7 @@ function submitPanel(onDone) {
   };
   const form = h("form", { id: "submit-form", onsubmit: submit },
     h("div", { class: "row" }, h("label", {}, "manifest file ", file), h("label", {}, "name ", name),
-      h("label", {}, "overrides ", overrides)),
+      h("label", {}, "overrides ", overrides), h("label", {}, "run with ", executor)),
     text,
     h("div", { class: "row" },
       h("button", { type: "button", id: "validate-button", onclick: validate }, "Validate"),
@@ -340,13 +344,23 @@ async function runView(id) {
     } catch (err) {
       parts.push(failure(err));
     }
+    if (run.executor === "actors") {
+      try {
+        const ev = await get(`/runs/${encodeURIComponent(id)}/evidence`);
+        parts.push(h("h2", {}, "Evidence ", ev.verdict ? badge(ev.verdict.verdict) : h("span", { class: "muted" }, "(no claim yet)")),
+          ev.verdict && !ev.verdict.valid ? h("pre", { class: "errors" }, ev.verdict.explain) : null,
+          entriesTable(ev.entries));
+      } catch (err) {
+        parts.push(failure(err));
+      }
+    }
     try {
       const g = await get(`/runs/${encodeURIComponent(id)}/graph`);
       parts.push(h("h2", {}, "IR graph"), stagesTable(g.stages), graphPanel(g.before, g.after));
     } catch (err) {
       parts.push(h("h2", {}, "IR graph"), failure(err));
     }
-    if (my.alive) extra.replaceChildren(...parts);
+    if (my.alive) extra.replaceChildren(...parts.filter(Boolean));
   };
   loadExtras();
 }
@@ -453,10 +467,11 @@ async function modelsView(name) {
       show(h("p", {}, h("a", { href: "#/models" }, "← models")), h("h1", {}, "Model ", h("code", {}, m.name)),
         table([
           { title: "version", cell: (v) => String(v.version) },
-          { title: "status", cell: (v) => badge(v.status || "committed") },
-          { title: "run", cell: (v) => (v.run ? h("a", { href: `#/runs/${encodeURIComponent(v.run)}` }, v.run) : "—") },
-          { title: "created", cell: (v) => when(v.created) },
-          { title: "notes", cell: (v) => v.reason || "" },
+          { title: "parent", cell: (v) => (v.parent === null ? "—" : String(v.parent)) },
+          { title: "run", cell: (v) => v.run_id || "—" },
+          { title: "metrics", cell: (v) => Object.entries(v.metrics || {}).map(([k, x]) => `${k} ${fmt(x)}`).join(", ") },
+          { title: "claim", cell: (v) => h("a", { href: `#/notary?entry=${v.claim}` }, h("code", {}, v.claim.slice(0, 12))) },
+          { title: "committed", cell: (v) => when(v.time) },
         ], m.versions, { empty: "no versions" }));
       return;
     }
@@ -465,40 +480,59 @@ async function modelsView(name) {
       { title: "model", cell: (m) => h("a", { href: `#/models/${encodeURIComponent(m.name)}` }, m.name) },
       { title: "latest", cell: (m) => String(m.latest ?? "—") },
       { title: "versions", cell: (m) => String(m.versions) },
+      { title: "updated", cell: (m) => when(m.updated) },
     ], page.items, { empty: "no models yet" }));
   } catch (err) {
     show(failure(err));
   }
 }
 
-async function notaryView() {
+function entriesTable(list, onPick) {
+  return table([
+    { title: "#", cell: (e) => String(e.seq) },
+    { title: "kind", cell: (e) => e.kind },
+    { title: "name", cell: (e) => e.name },
+    { title: "subject", cell: (e) => e.subject || "" },
+    { title: "actor", cell: (e) => e.actor || "" },
+    { title: "hash", cell: (e) => (onPick ? h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); onPick(e); } },
+      h("code", {}, e.hash.slice(0, 12))) : h("code", {}, e.hash.slice(0, 12))) },
+    { title: "time", cell: (e) => when(e.time) },
+  ], list, { empty: "the ledger is empty", cls: "entries" });
+}
+
+async function notaryView(query) {
   newScope();
   const out = h("div", {});
-  const subject = h("input", { id: "validity-subject", placeholder: "entry id or subject", size: 40 });
+  const ref = h("input", { id: "validity-entry", placeholder: "entry hash, prefix or #seq", size: 40 });
   const verdict = h("div", { id: "validity-result" });
   const check = async (ev) => {
-    ev.preventDefault();
+    if (ev) ev.preventDefault();
     try {
-      const v = await get(`/notary/validity?subject=${encodeURIComponent(subject.value)}`);
-      verdict.replaceChildren(badge(v.status), " ", v.reason || "");
+      const v = await get(`/notary/validity?entry=${encodeURIComponent(ref.value.trim())}`);
+      verdict.replaceChildren(badge(v.verdict), " ", v.entry_label, h("pre", {}, v.explain));
     } catch (err) {
       verdict.replaceChildren(failure(err));
     }
   };
+  const integrity = h("span", { id: "ledger-integrity" });
   show(h("h1", {}, "Notary"),
-    h("form", { class: "row", onsubmit: check }, h("label", {}, "validity of ", subject),
-      h("button", { type: "submit" }, "Check"), verdict),
-    out);
+    h("p", { class: "muted" }, "The ledger as recorded; verdicts are computed when asked, re-hashing the artifacts."),
+    h("form", { class: "row", onsubmit: check }, h("label", {}, "validity of ", ref),
+      h("button", { type: "submit" }, "Check"), integrity),
+    verdict, out);
+  const wanted = new URLSearchParams(query || "").get("entry");
+  if (wanted) {
+    ref.value = wanted;
+    check();
+  }
   try {
-    const page = await get("/notary/entries?limit=100");
-    out.replaceChildren(table([
-      { title: "#", cell: (e) => String(e.seq) },
-      { title: "kind", cell: (e) => e.kind },
-      { title: "subject", cell: (e) => e.subject || "" },
-      { title: "actor", cell: (e) => e.actor || "" },
-      { title: "hash", cell: (e) => h("code", {}, (e.hash || "").slice(0, 12)) },
-      { title: "time", cell: (e) => when(e.time) },
-    ], page.items, { empty: "the ledger is empty" }));
+    const [page, report] = await Promise.all([get("/notary/entries?limit=1000"), get("/notary/verify")]);
+    integrity.replaceChildren(badge(report.ok ? "valid" : "invalid"),
+      ` ledger: ${report.entries} entries${report.ok ? ", verifies end to end" : `, ${report.problems.length} problem(s)`}`);
+    out.replaceChildren(entriesTable(page.items.slice().reverse(), (e) => {
+      ref.value = e.hash;
+      check();
+    }));
   } catch (err) {
     out.replaceChildren(failure(err));
   }
@@ -514,7 +548,7 @@ const ROUTES = [
   [/^\/assets(?:\/(.+))?$/, "assets", (m) => assetsView(m[1] && decodeURIComponent(m[1]))],
   [/^\/backends$/, "backends", () => backendsView()],
   [/^\/models(?:\/(.+))?$/, "models", (m) => modelsView(m[1] && decodeURIComponent(m[1]))],
-  [/^\/notary$/, "notary", () => notaryView()],
+  [/^\/notary(?:\?(.*))?$/, "notary", (m) => notaryView(m[1])],
 ];
 
 function route() {
