@@ -55,9 +55,16 @@ class Identity:
         raw = ident._key.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
         )
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        try:
+            os.link(tmp, p)  # atomic and exclusive: if another process won the race, use its key
+        except FileExistsError:
+            return cls.load_or_create(p, name)
+        finally:
+            os.unlink(tmp)
         return ident
 
     def sign(self, data: bytes) -> str:

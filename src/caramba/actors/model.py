@@ -114,22 +114,32 @@ class ModelActor(Actor):
         if claim.kind != "claim" or cited.get("sha256") != msg.sha256 or cited.get("key") != msg.key:
             raise NotVerified(f"model '{msg.model}': claim {msg.claim[:12]}… does not cite checkpoint {msg.key} ({msg.sha256[:12]}…)")
         with self._lock:
-            existing = self._rows(msg.model)
-            for v in existing:  # idempotent: the same claim commits once
-                if v.claim == msg.claim:
-                    return v
-            if msg.parent is not None and msg.parent not in {v.version for v in existing}:
-                raise UnknownVersion(f"model '{msg.model}' has no version {msg.parent} to build on")
-            version = (existing[-1].version if existing else 0) + 1
-            row = ModelVersion(
-                model=msg.model, version=version, parent=msg.parent, key=msg.key, sha256=msg.sha256, size=msg.size,
-                claim=msg.claim, run_id=msg.run_id, metrics=msg.metrics, time=time.time(),
-            )
-            self.db.execute(
-                "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.model, row.version, row.parent, row.key, row.sha256, row.size, row.claim, row.run_id,
-                 json.dumps(row.metrics, allow_nan=True), row.time),
-            )
+            self.db.execute("BEGIN IMMEDIATE")  # other processes may share this file: number versions atomically
+            try:
+                row = self._next_version(msg)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return row
+
+    def _next_version(self, msg: Commit) -> ModelVersion:
+        existing = self._rows(msg.model)
+        for v in existing:  # idempotent: the same claim commits once
+            if v.claim == msg.claim:
+                return v
+        if msg.parent is not None and msg.parent not in {v.version for v in existing}:
+            raise UnknownVersion(f"model '{msg.model}' has no version {msg.parent} to build on")
+        version = (existing[-1].version if existing else 0) + 1
+        row = ModelVersion(
+            model=msg.model, version=version, parent=msg.parent, key=msg.key, sha256=msg.sha256, size=msg.size,
+            claim=msg.claim, run_id=msg.run_id, metrics=msg.metrics, time=time.time(),
+        )
+        self.db.execute(
+            "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.model, row.version, row.parent, row.key, row.sha256, row.size, row.claim, row.run_id,
+             json.dumps(row.metrics, allow_nan=True), row.time),
+        )
         return row
 
     @handler
