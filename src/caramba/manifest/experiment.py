@@ -235,13 +235,39 @@ def plan_runs(source: Any, overrides: Iterable[str] | Mapping[str, Any] | None =
 
                 raise prep.doc.error(("targets",), f"no target '{target}'; {did_you_mean(target, names)}")
             targets = [t for t in targets if t.name == target]
-        for t in targets:
+        for ti, t in enumerate(targets):
+            _check_passes(prep, ti, t)
             spec = backend or t.backend or default_backend or _default_backend()
             for r in t.runs:
                 if r.mode == "train" and prep.manifest.trainer is None:
                     raise prep.doc.error(("targets",), f"run '{r.id}' trains but the manifest has no trainer")
                 plans.append(RunPlan(prep, t, r, spec, arm_id))
     return plans
+
+
+def _check_passes(prep: Prepared, index: int, t: Target) -> None:
+    from caramba.compiler.pipeline import optional_stages
+    from caramba.errors import did_you_mean
+
+    allowed = optional_stages()
+    for j, name in enumerate(t.disable_passes):
+        if name not in allowed:
+            raise prep.doc.error(("targets", index, "disable_passes", j),
+                                 f"'{name}' is not a pass that can be disabled; {did_you_mean(name, allowed)}")
+
+
+def _trainer(step: Any, runner: Any, disable: tuple[str, ...]) -> Any:
+    """A ``train.Trainer`` whose executables skip the target's disabled compiler passes."""
+    from caramba import train
+
+    class Trainer(train.Trainer):
+        def executable(self, fetch: Any) -> Any:
+            key = tuple(fetch)
+            if disable and key not in self._exes:
+                self._exes[key] = self.runner.compile(self.train_step.graph, targets=key, disable=disable)
+            return super().executable(fetch)
+
+    return Trainer(step, runner)
 
 
 def _default_backend() -> str:
@@ -320,8 +346,9 @@ class _Feeder:
 class _Evaluator:
     """Scalar metrics over a split: one eval graph per batch size, averaged weighted by size."""
 
-    def __init__(self, step: Any, trainer: Any, prep: Prepared, names: list[str], batch: int, limit: int | None) -> None:
-        self.step, self.trainer, self.prep = step, trainer, prep
+    def __init__(self, step: Any, trainer: Any, prep: Prepared, names: list[str], batch: int, limit: int | None,
+                 disable: tuple[str, ...] = ()) -> None:
+        self.step, self.trainer, self.prep, self.disable = step, trainer, prep, disable
         self.names, self.batch, self.limit = names, batch, limit
         self.feeder = _Feeder(prep, batch)
         self._exes: dict[int, Any] = {}
@@ -336,7 +363,7 @@ class _Evaluator:
                 return {k: out[k] for k in names}
 
             graph = self.step.eval_graph(fn, self.feeder.specs(n), name=f"{self.prep.manifest.name}.eval{n}")
-            exe = self.trainer.runner.compile(graph)
+            exe = self.trainer.runner.compile(graph, disable=self.disable)
             self._exes[n] = exe
         return exe
 
@@ -460,7 +487,8 @@ def _train_and_evaluate(plan: RunPlan, store: Any, run_id: str, progress: Progre
     summary.update({f"baseline.{k}": v for k, v in ds.info.items() if k.startswith("unigram_")})
     runner = new(plan.backend)
     try:
-        trainer = train.Trainer(step_graph, runner)
+        disable = tuple(plan.target.disable_passes)
+        trainer = _trainer(step_graph, runner, disable)
         if plan.run.checkpoint:
             path = _resolve_checkpoint(plan.run.checkpoint, prep, store)
             if plan.run.mode == "eval":
@@ -481,7 +509,7 @@ def _train_and_evaluate(plan: RunPlan, store: Any, run_id: str, progress: Progre
         # Default eval batch: whole small splits at once (one compiled graph); the train batch for text.
         eval_batch = t.eval_batch_size or (batch if _is_text(ds) else max(batch, 512))
         eval_batch = min(eval_batch, max((ds.size(s) for s in splits), default=batch))
-        evaluator = _Evaluator(step_graph, trainer, prep, metrics, max(1, eval_batch), t.eval_batches)
+        evaluator = _Evaluator(step_graph, trainer, prep, metrics, max(1, eval_batch), t.eval_batches, disable)
         rng = np.random.default_rng(plan.run.seed)
         stream = ds.train_batches(batch, rng) if steps else iter(())
         fetch_log = ("loss", "lr", *(("grad_norm",) if t.grad_clip else ()), *extras)

@@ -248,6 +248,7 @@ class Run(Strict):
 class Target(Strict):
     name: str = Field(pattern=NAME)
     backend: str | None = None
+    disable_passes: list[str] = Field(default_factory=list, description="optional compiler passes to skip (e.g. fuse)")
     description: str = ""
     runs: list[Run] = Field(default_factory=lambda: [Run(id="seed0")], min_length=1)
 

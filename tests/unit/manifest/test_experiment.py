@@ -127,3 +127,12 @@ def test_a_progress_callback_can_cancel_a_run(store):
 
     (r,) = run_experiment(BLOBS, store=store, progress=Stop()).runs
     assert r.status == "cancelled" and store.get(r.run_id).status == "cancelled" and store.get(r.run_id).step <= 3
+
+
+def test_targets_may_disable_optional_compiler_passes(store):
+    text = BLOBS.replace("    backend: cpu:threads=1\n", "    backend: cpu:threads=1\n    disable_passes: [fuse, cse]\n")
+    (r,) = run_experiment(text, ["trainer.steps=5"], store=store).runs
+    assert r.status == "finished", r.error
+    with pytest.raises(ManifestError, match="'lower' is not a pass that can be disabled") as e:
+        plan_runs(text.replace("[fuse, cse]", "[fuse, lower]"))
+    assert e.value.path == "targets[0].disable_passes[1]"
