@@ -199,6 +199,7 @@ def test_append_refuses_what_would_be_invalid(world):
 
 
 def test_the_ledger_is_pinned_to_its_notary_key(world):
+    assert (world.root / "notary.key").stat().st_mode & 0o777 == 0o600
     other = Identity.generate("notary")
     with pytest.raises(LedgerError, match="was created by Notary key"):
         Ledger(world.root / "ledger.sqlite", other)
