@@ -52,9 +52,13 @@ class Emitter:
             return DType.float32
         return d
 
+    u32_name = "unsigned int"  # random bits (counter-based draws)
+
     def t(self, d: "DType | str") -> str:
         if d == INDEX:
             return self.index_type
+        if d == "u32":
+            return self.u32_name
         d = self.compute_dtype(d)
         try:
             return self.type_names[d]
@@ -132,6 +136,14 @@ class Emitter:
     def select(self, cond: str, a: str, b: str) -> str:
         """``cond ? a : b``."""
         raise NotImplementedError
+
+    def cast_u32(self, x: str) -> str:
+        """An index as 32 unsigned bits."""
+        return f"(({self.u32_name})({x}))"
+
+    def cast_bits_u32(self, x: str, shift: int) -> str:
+        """32 bits of an int64 value, from bit ``shift``."""
+        return f"(({self.u32_name})(((unsigned long long)({x})) >> {shift}))"
 
     def isnan(self, x: str, d: "DType | str") -> str:
         return f"isnan({x})"

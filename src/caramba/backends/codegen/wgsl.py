@@ -93,6 +93,14 @@ class WgslEmitter(Emitter):
     def select(self, cond: str, a: str, b: str) -> str:
         return f"select({b}, {a}, {cond})"
 
+    u32_name = "u32"
+
+    def cast_u32(self, x: str) -> str:
+        return f"u32({x})"
+
+    def cast_bits_u32(self, x: str, shift: int) -> str:
+        return f"u32((bitcast<u64>({x}) >> {shift}u) & 0xfffffffflu)"
+
     def decl(self, name: str, type_name: str, expr: str, mutable: bool) -> str:
         return f"{'var' if mutable else 'let'} {name}: {type_name} = {expr};"
 

@@ -251,6 +251,28 @@ for _op in ("train.loss.mse", "train.loss.bce", "train.loss.cross_entropy", "tra
     _reg(_op, _loss)
 
 
+# ---- random ---------------------------------------------------------------------------------
+def _random(op: str, d: DType) -> list[Sample]:
+    fn = getattr(ops, op.rsplit(".", 1)[1])
+    if op == "random.bernoulli":
+        if d is not BOOL:
+            return []
+        return [graph("bernoulli-key", F64, [((), I64, (0, 9))], lambda k: fn(k, shape=(40,), seed=3, p=0.3)),
+                graph("bernoulli", F64, [((1,), F64, A)], lambda x: fn(shape=(5, 4), seed=1, p=1.0))]
+    if not d.is_float:
+        return []
+    return [graph(f"{op}-key-{d.short}", d, [((), I64, (0, 9))], lambda k: fn(k, shape=(40,), seed=-7, dtype=d)),
+            graph(f"{op}-{d.short}", d, [((1,), None, A)], lambda x: fn(shape=(5, 4), seed=2**40 + 3, dtype=d))]
+
+
+for _op in ("random.uniform", "random.normal", "random.bernoulli"):
+    _reg(_op, _random)
+_reg("nn.dropout", lambda op, d: [] if not d.is_float else [
+    graph(f"dropout-{d.short}", d, [((6, 7), None, A), ((), I64, (0, 9))], lambda x, k: ops.dropout(x, k, rate=0.3, seed=5)),
+    graph(f"dropout0-{d.short}", d, [((6, 7), None, A)], lambda x: ops.dropout(x, rate=0.0)),
+])
+
+
 def samples(op: str, d: DType) -> list[Sample]:
     """Graphs exercising ``op`` at dtype ``d`` (empty if the table has none)."""
     fn = TABLE.get(op)

@@ -86,7 +86,10 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, equal_nan=True, err_msg=what)
 
 
-@pytest.mark.parametrize("label", _cases())
+RANDOM = ("random.", "bernoulli", "dropout")  # per-backend streams: checked by the compliance suite
+
+
+@pytest.mark.parametrize("label", [p for p in _cases() if not any(r in p.values[0] for r in RANDOM)])
 def test_sample_matches_cpu(gpu, cpu, label):
     _, g, host = TABLE[label]
     outs = gpu.execute(g, inputs={k: gpu.upload(v) for k, v in host.items()})
@@ -97,7 +100,7 @@ def test_sample_matches_cpu(gpu, cpu, label):
         _compare(outs[k].download(), want, rtol, f"{label} output {k}")
 
 
-@pytest.mark.parametrize("label", [p for p in _cases() if "f64" in p.values[0]])
+@pytest.mark.parametrize("label", [p for p in _cases() if "f64" in p.values[0] and not any(r in p.values[0] for r in RANDOM)])
 def test_sample_under_the_float32_contract(gpu32, cpu, label):
     """float64 samples opted in to float32 run at float32 accuracy (values stored as f32)."""
     import caramba

@@ -163,6 +163,7 @@ def _load() -> None:
         fused,
         linalg,
         nn,
+        random,
         reduce,
         shape,
         train,
