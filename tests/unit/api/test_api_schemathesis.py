@@ -6,6 +6,7 @@ for the module, around a temporary store that is removed afterwards."""
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 
@@ -21,6 +22,7 @@ from caramba.config import Settings  # noqa: E402
 MAX_EXAMPLES = 25
 TOKEN = "schemathesis-token"
 _STORE = tempfile.mkdtemp(prefix="caramba-schemathesis-")
+atexit.register(shutil.rmtree, _STORE, True)  # also when this module's tests are deselected
 # A body limit above the largest schema-valid body, so that oversized fields meet the schema's
 # 422 rather than the 413 of the size limit (which test_api_limits covers).
 APP = create_app(Settings(store=_STORE, api_token=TOKEN), max_body=64 << 20)

@@ -231,6 +231,6 @@ for _verb, _doc in (
         return steer
 
     router.add_api_route(
-        f"/runs/{{run_id}}/{_verb}", _make(_verb), methods=["POST"], response_model=RunOut, summary=_doc,
+        f"/runs/{{run_id}}/{_verb}", _make(_verb), methods=["POST"], response_model=RunOut, summary=f"{_verb.title()} run",
         description=_doc, responses=ERRORS | WRITE_ERRORS | CONFLICT, dependencies=[AUTH],
     )
