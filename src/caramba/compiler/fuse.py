@@ -265,14 +265,16 @@ class Fuser:
             size = p.types[0].size if p.types else -1
             if self.sole_user(p) is not sm or p.precision != sm.precision or not self.element_ok(p, size):
                 continue
-            d = _touched(self.graph, sm)
-            if not self.declared(F.SOFTMAX, d, sm) or not self.supports(F.SOFTMAX, d, sm):
+            if not self.declared(F.SOFTMAX, _touched(self.graph, sm), sm):
                 continue
             members = self.grow(p, size, {p.id})
             prec = self.same_precision(F.SOFTMAX, [self.graph.node(m) for m in members] + [sm])
             if prec is False:
                 continue
             expr, inputs = self.program(members, p.id)
+            # the prologue's inputs (e.g. a bool mask) are inputs of the fused node too
+            if not self.supports(F.SOFTMAX, {self.graph.type_of(r).dtype for r in inputs} | {sm.types[0].dtype}, sm):
+                continue
             replaced = sorted(members | {sm.id}, key=self.pos.__getitem__)
             node = self.make(F.SOFTMAX, sm, inputs, {"expr": expr.encode(), "axis": sm.attrs["axis"]}, sm.types, prec, replaced)
             found.append(Fusion(node, replaced))

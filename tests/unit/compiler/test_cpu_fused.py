@@ -317,3 +317,32 @@ def test_spelled_out_softmax_becomes_one_fused_softmax(runner, axis):
         h.output("p", e / ops.sum(e, axes=[-1], keepdims=True))
         h.output("e", e)
     assert not any(n.op == "fused.softmax" for n in runner.compile(h).graph.nodes)
+
+
+@needs_numba
+def test_softmax_prologue_with_a_bool_mask(runner):
+    with caramba.Graph("g") as g:
+        s = g.input("s", (2, 5, 5))
+        mask = g.input("m", (5, 5), "bool")
+        g.output("p", ops.softmax(ops.where(mask, s * 0.5, g.constant(-np.inf)), axis=-1))
+    exe = _check(runner, g, {"s": RNG.standard_normal((2, 5, 5)), "m": np.tril(np.ones((5, 5), bool))})
+    assert any(n.op == "fused.softmax" for n in exe.graph.nodes)
+
+
+def test_fusion_checks_every_input_dtype_of_a_softmax_prologue():
+    from caramba.backends.cpu.capabilities import cpu_capabilities
+    from caramba.compiler import compile_for
+
+    from ._util import with_caps
+
+    if not cpu_fused.available():
+        pytest.skip("numba is not installed")
+    caps = cpu_capabilities()
+    floats_only = with_caps(caps, ops={**caps.ops, "fused.softmax": frozenset({F64, F32})})
+    with caramba.Graph("g") as g:
+        s = g.input("s", (2, 5, 5))
+        mask = g.input("m", (5, 5), "bool")
+        g.output("p", ops.softmax(ops.where(mask, s * 0.5, g.constant(-np.inf)), axis=-1))
+    out, report = compile_for(g, floats_only, "cpu")  # must not raise: the softmax stays unfused
+    assert not any(n.op == "fused.softmax" for n in out.nodes)
+    assert any("fused.softmax for bool" in d for s_ in report.stages for d in s_.diagnostics)

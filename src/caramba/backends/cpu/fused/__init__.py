@@ -50,7 +50,7 @@ def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[
         return {}, frozenset()
     ops = {
         "fused.elementwise": KERNEL_DTYPES,
-        "fused.softmax": FLOATS,
+        "fused.softmax": KERNEL_DTYPES,  # float output; a prologue may take masks and ints
         "fused.linear": FLOATS,
         "fused.layer_norm_residual": FLOATS,
     }
