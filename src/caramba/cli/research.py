@@ -119,6 +119,10 @@ def register(app: typer.Typer) -> None:
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        cluster: str = typer.Option(
+            None, "--cluster", help="run the runs across workers: 'ray' (a Ray cluster) or 'local' (in-process workers)"
+        ),
+        workers: int = typer.Option(None, "--workers", help="number of workers with --cluster (default 2)"),
     ) -> None:
         """Run every target x run (x tuner arm) of MANIFEST with a live progress bar, record runs,
         metrics and artifacts in the store, and print the comparison table."""
@@ -127,11 +131,21 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from caramba.config import load_settings
+        from caramba.errors import ConfigError
         from caramba.manifest.experiment import Progress, run_experiment
 
         console = Console(highlight=False)
         settings = load_settings(config, overrides={"store": store, "backend": backend})
         runs = _store(config, store)
+        if cluster is not None:
+            if cluster not in ("ray", "local"):
+                raise ConfigError(f"unknown cluster {cluster!r}; use ray or local")
+            from caramba.orchestrator.run import run_cluster
+
+            report = run_cluster(manifest, None, cluster=cluster, overrides=set_, backend=backend or None,
+                                 target=target, workers=workers, run_store=str(runs.root))
+            console.print(escape(report.as_text()))
+            raise typer.Exit(0 if report.ok else 1)
         bar = _Bar(console, quiet)
 
         class CliProgress(Progress):
