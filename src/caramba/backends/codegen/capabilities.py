@@ -1,9 +1,9 @@
 """The capability table of a GPU backend, derived from the kernel table and the emitter (device).
 
 A GPU backend claims exactly the ops the kernel table has, for the dtypes its emitter can store
-and compute. The precision is the emitter's (float64, or float32 under the float32 contract,
-where graph plumbing — inputs, constants, state — stores float64 values as f32 but does no
-arithmetic, so only computing nodes need the opt-in).
+and compute. The precision is the emitter's: float64, or float32 under the float32 contract. Graph
+plumbing (inputs, constants, state) does no arithmetic: it needs no opt-in where buffers keep
+float64 values exactly, and the opt-in like everything else where they are stored as f32.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def gpu_capabilities(e: Emitter, *, max_binding: int | None = None, max_buffers:
     for op in PLUMBING:
         ops[op] = e.dtypes
     precision = {"*": DType.float64 if e.float64 else DType.float32}
-    if not e.float64:
+    if not e.float64 and e.exact_storage:
+        # float64 values stay float64 in memory: inputs, constants and state are exact
         precision.update({"graph": DType.float64, "state": DType.float64})
     rule = size_rule(e, max_binding, max_buffers)
     return Capabilities(

@@ -47,6 +47,11 @@ class Emitter:
         """Dtypes this emitter can store and compute (float64 also under the float32 contract)."""
         return frozenset(self.type_names)
 
+    @property
+    def exact_storage(self) -> bool:
+        """Do buffers hold float64 values exactly (so plumbing needs no precision opt-in)?"""
+        return self.storage_numpy.get(DType.float64) == np.dtype(np.float64)
+
     def compute_dtype(self, d: "DType | str") -> "DType | str":
         if d is DType.float64 and not self.float64:
             return DType.float32
@@ -66,11 +71,12 @@ class Emitter:
             raise UnsupportedOperation(f"{self.lang} kernels have no {d} type") from None
 
     def storage(self, d: DType) -> str:
-        return self.storage_names[self.compute_dtype(d)]
+        """The buffer element type holding values of dtype ``d``."""
+        return self.storage_names[d]
 
     def host_storage(self, d: DType) -> np.dtype:
         """The NumPy dtype of a device buffer holding values of dtype ``d``."""
-        return np.dtype(self.storage_numpy[self.compute_dtype(d)])
+        return np.dtype(self.storage_numpy[d])
 
     def suffix(self, d: "DType | str") -> str:
         """Short type tag used in helper names (``f64``, ``f32``, ``i64`` ...)."""

@@ -1,9 +1,8 @@
-"""Bits of 2/pi and pi/2 for Payne-Hanek argument reduction (fdlibm ``__kernel_rem_pio2``).
+"""Bits of 2/pi for Payne-Hanek argument reduction of large sin/cos arguments.
 
 ``TWO_OVER_PI_24[i]`` are the 24-bit chunks of the binary expansion of 2/pi:
-2/pi = sum_i TWO_OVER_PI_24[i] * 2**(-24 (i + 1)). ``PIO2_24[k]`` split pi/2 into doubles of 24
-significant bits each. Both were generated with mpmath at 3000 bits; a unit test regenerates and
-compares them.
+2/pi = sum_i TWO_OVER_PI_24[i] * 2**(-24 (i + 1)), generated with mpmath at 3000 bits (a unit
+test regenerates and compares them).
 """
 
 TWO_OVER_PI_24 = (
@@ -14,15 +13,4 @@ TWO_OVER_PI_24 = (
     0x7527BA, 0xC7EBE5, 0xF17B3D, 0x0739F7, 0x8A5292, 0xEA6BFB, 0x5FB11F, 0x8D5D08, 0x560330, 0x46FC7B,
     0x6BABF0, 0xCFBC20, 0x9AF436, 0x1DA9E3, 0x91615E, 0xE61B08, 0x659985, 0x5F14A0, 0x68408D, 0xFFD880,
     0x4D7327, 0x310606, 0x1556CA, 0x73A8C9, 0x60E27B, 0xC08C6B, 0x47C419, 0xC367CD, 0xDCE809, 0x2A8359,
-)
-
-PIO2_24 = (
-    1.570796251296997,
-    7.549789415861596e-08,
-    5.390302529957765e-15,
-    3.282003415807913e-22,
-    1.270655753080676e-29,
-    1.2293330898111133e-36,
-    2.7337005381646456e-44,
-    2.1674168387780482e-51,
 )

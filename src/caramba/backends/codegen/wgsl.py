@@ -32,15 +32,22 @@ class WgslEmitter(Emitter):
     max_workgroup = 256
     specialize = False  # sizes come from a params buffer: lavapipe JIT-compiles every new shader
 
-    def __init__(self, float64: bool = True, int64: bool = True) -> None:
+    def __init__(self, float64: bool = True, int64: bool = True, store64: bool | None = None) -> None:
+        """``float64``: compute float64 values in f64 (else the float32 contract: f32);
+        ``store64``: keep float64 values as f64 in buffers (default: ``float64``); with
+        ``float64=False, store64=True`` kernels convert to f32 on load and back on store."""
         super().__init__(float64)
-        if float64 and not int64:
+        store64 = float64 if store64 is None else store64
+        if (float64 or store64) and not int64:
             raise UnsupportedOperation("WGSL float64 kernels need shader-int64 too (bit manipulation in the math library)")
         self.int64 = int64
+        self.store64 = store64
         self.type_names = {DType.float64: "f64", DType.float32: "f32", DType.int32: "i32", DType.bool: "bool"}
-        self.storage_names = {DType.float64: "f64", DType.float32: "f32", DType.int32: "i32", DType.bool: "u32"}
+        self.storage_names = {
+            DType.float64: "f64" if store64 else "f32", DType.float32: "f32", DType.int32: "i32", DType.bool: "u32",
+        }
         self.storage_numpy = {
-            DType.float64: np.dtype(np.float64), DType.float32: np.dtype(np.float32),
+            DType.float64: np.dtype(np.float64 if store64 else np.float32), DType.float32: np.dtype(np.float32),
             DType.int32: np.dtype(np.int32), DType.bool: np.dtype(np.uint32),
         }
         if int64:
@@ -113,11 +120,15 @@ class WgslEmitter(Emitter):
     def load(self, buf: str, idx: str, d: DType) -> str:
         if d is DType.bool:
             return f"({buf}[{idx}] != 0u)"
+        if d is DType.float64 and self.store64 and not self.float64:
+            return f"f32({buf}[{idx}])"
         return f"{buf}[{idx}]"
 
     def store(self, buf: str, idx: str, value: str, d: DType) -> str:
         if d is DType.bool:
             return f"{buf}[{idx}] = select(0u, 1u, {value});"
+        if d is DType.float64 and self.store64 and not self.float64:
+            return f"{buf}[{idx}] = f64({value});"
         return f"{buf}[{idx}] = {value};"
 
     def flag_error(self, code: int) -> str:

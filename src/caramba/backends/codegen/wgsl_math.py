@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from caramba.backends.codegen.two_over_pi import PIO2_24, TWO_OVER_PI_24
+from caramba.backends.codegen.two_over_pi import TWO_OVER_PI_24
 
 _LIT = re.compile(r"(\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+)_L\b")
 
@@ -375,188 +375,137 @@ fn cb_erfc_$S(x: $T) -> $T {
 
 # ---- sin / cos -------------------------------------------------------------------------
 
-_TWO_OVER_PI = ", ".join(f"{v}.0lf" for v in TWO_OVER_PI_24)
-_PIO2 = ", ".join(f"{v!r}lf" for v in PIO2_24)
+def _two_over_pi_words() -> list[int]:
+    """2/pi's fraction bits as 32-bit words, most significant first (from the 24-bit chunks)."""
+    bits = "".join(f"{c:024b}" for c in TWO_OVER_PI_24)
+    return [int(bits[i : i + 32], 2) for i in range(0, len(bits) - 31, 32)]
+
+
+_WORDS = _two_over_pi_words()
+_W = ", ".join(f"{v}u" for v in _WORDS)
+
+
+def _payne_hanek() -> str:
+    """WGSL for |x| >= 2^20 pi/2: x * 2/pi mod 4 with a 192-bit window of 2/pi, in u32 limbs
+    held in u64 scalars (fixed size, unrolled: drivers compile dynamic local arrays slowly)."""
+    L = [
+        "fn cb_tpi(q: i32) -> u32 {",
+        f"    if (q < 0 || q >= {len(_WORDS)}) {{ return 0u; }}",
+        "    return CB_TWO_OVER_PI[q];",
+        "}",
+        "fn cb_tpi_word(s: i32) -> u32 {",
+        "    // the 32 bits of 2/pi from bit s on (1-based; bits at s <= 0 are zero)",
+        "    let q = (s - 1 + 64) / 32 - 2;",
+        "    let r = u32((s - 1 + 64) % 32);",
+        "    return select((cb_tpi(q) << r) | (cb_tpi(q + 1) >> (32u - r)), cb_tpi(q), r == 0u);",
+        "}",
+        "fn cb_rempio2_large(x: f64) -> CbRem {",
+        "    // |x| = m 2^e; terms of x * 2/pi from bits i <= e - 2 of 2/pi are multiples of 4, so",
+        "    // W = bits e-1 .. e+190 (w5 most significant) and x * 2/pi = m W 2^-190 (mod 4)",
+        "    let bits = bitcast<u64>(abs(x));",
+        "    let e = i32((bits >> 52u) & 0x7fflu) - 1075;",
+        "    let m = (bits & 0xffffffffffffflu) | 0x10000000000000lu;",
+        "    let m0 = m & 0xfffffffflu;",
+        "    let m1 = m >> 32u;",
+    ]
+    a = L.append
+    for j in range(6):
+        a(f"    let w{j} = u64(cb_tpi_word(e - 1 + {32 * (5 - j)}));")
+    a("    var t: u64;")
+    a("    var c: u64 = 0lu;")
+    for j in range(6):  # m0 * W -> q0..q6
+        a(f"    t = m0 * w{j} + c;")
+        a(f"    let q{j} = t & 0xfffffffflu;")
+        a("    c = t >> 32u;")
+    a("    let q6 = c;")
+    a("    c = 0lu;")
+    for j in range(5):  # + m1 * W << 32 -> limbs 1..5 (limbs 6, 7 are multiples of 4)
+        a(f"    t = m1 * w{j} + q{j + 1} + c;")
+        a(f"    let r{j + 1} = t & 0xfffffffflu;")
+        a("    c = t >> 32u;")
+    a("    let r0 = q0;")
+    a("    // n = bits 190, 191; fraction = the 190 bits below, shifted up by 2: h0 (most")
+    a("    // significant) .. h5, value = sum h_k 2^(-32 (k + 1))")
+    a("    var n = i32((r5 >> 30u) & 3lu);")
+    limbs = ["r5", "r4", "r3", "r2", "r1", "r0"]
+    for k in range(6):
+        nxt = f" | ({limbs[k + 1]} >> 30u)" if k < 5 else ""
+        a(f"    var h{k} = ((({limbs[k]} << 2u){nxt}) & 0xfffffffflu);")
+    a("    var neg = false;")
+    a("    if (h0 >= 0x80000000lu) {")
+    a("        // fraction >= 1/2: round n up and use 1 - fraction (2^192 minus the limbs)")
+    a("        n = n + 1;")
+    a("        neg = true;")
+    a("        c = 1lu;")
+    for k in range(5, -1, -1):
+        a(f"        t = (~h{k} & 0xfffffffflu) + c;")
+        a(f"        h{k} = t & 0xfffffffflu;")
+        a("        c = t >> 32u;")
+    a("    }")
+    a("    // the leading nonzero limb and the two after it (|fraction| >= 2^-62 for any double)")
+    a("    var x0 = h0; var x1 = h1; var x2 = h2; var sc = -96;")
+    a("    if (h0 == 0lu) { x0 = h1; x1 = h2; x2 = h3; sc = -128; }")
+    a("    if (h0 == 0lu && h1 == 0lu) { x0 = h2; x1 = h3; x2 = h4; sc = -160; }")
+    a("    if (h0 == 0lu && h1 == 0lu && h2 == 0lu) { x0 = h3; x1 = h4; x2 = h5; sc = -192; }")
+    a("    let v = (x0 << 32u) | x1;")
+    a("    let hi = ldexp(f64(v >> 11u), sc + 43);")
+    a("    let lo = ldexp(f64(v & 0x7fflu) * 4294967296.0lf + f64(x2), sc);")
+    a("    // times pi/2 in double-double")
+    a("    let ph = cb_opaque_f64(hi * 1.5707963267948966lf);")
+    a("    let pe = cb_prod_err_f64(hi, 1.5707963267948966lf, ph) + (hi * 6.123233995736766e-17lf + lo * 1.5707963267948966lf);")
+    a("    var y0 = cb_opaque_f64(ph + pe);")
+    a("    var y1 = pe - (y0 - ph);")
+    a("    if (neg) { y0 = -y0; y1 = -y1; }")
+    a("    if (x < 0.0lf) { y0 = -y0; y1 = -y1; n = -n; }")
+    a("    return CbRem(n & 3, y0, y1);")
+    a("}")
+    return "\n".join(L)
+
 
 _define(
     "rempio2",
-    ("frexp", "special"),
-    # fdlibm __ieee754_rem_pio2: Cody-Waite with 33+33+33+53 bits of pi/2 up to 2^20 * pi/2,
-    # Payne-Hanek (fdlibm __kernel_rem_pio2 with 24-bit chunks of 2/pi) beyond.
+    ("frexp", "special", "prod_err"),
+    # fdlibm __ieee754_rem_pio2: Cody-Waite with 33+33+33+53 bits of pi/2 up to 2^20 * pi/2;
+    # beyond, Payne-Hanek with a 192-bit window of 2/pi in integer limbs.
     f"""
 struct CbRem {{ n: i32, y0: f64, y1: f64 }}
-var<private> CB_TWO_OVER_PI: array<f64, {len(TWO_OVER_PI_24)}> = array<f64, {len(TWO_OVER_PI_24)}>({_TWO_OVER_PI});
-var<private> CB_PIO2: array<f64, 8> = array<f64, 8>({_PIO2});
-fn cb_rempio2_large(x: f64) -> CbRem {{
-    // |x| = sum_i tx[i] * 2^(e0 - 24 i), tx[i] 24-bit integers
+const CB_TWO_OVER_PI = array<u32, {len(_WORDS)}>({_W});
+""" + _payne_hanek() + """
+fn cb_rempio2_f64(x: f64) -> CbRem {
     let ax = abs(x);
-    let e0 = cb_frexp_exp_f64(ax) - 24;
-    var z = ldexp(ax, -e0);
-    var tx: array<f64, 3>;
-    for (var i = 0; i < 2; i++) {{
-        tx[i] = floor(z);
-        z = (z - tx[i]) * 16777216.0lf;
-    }}
-    tx[2] = z;
-    var nx = 3;
-    while (nx > 1 && tx[nx - 1] == 0.0lf) {{ nx = nx - 1; }}
-    let jk = 4;
-    let jx = nx - 1;
-    var jv = (e0 - 3) / 24;
-    if (jv < 0) {{ jv = 0; }}
-    let q0 = e0 - 24 * (jv + 1);
-    var f: array<f64, 20>;
-    var j = jv - jx;
-    let m = jx + jk;
-    for (var i = 0; i <= m; i++) {{
-        if (j < 0) {{ f[i] = 0.0lf; }} else {{ f[i] = CB_TWO_OVER_PI[j]; }}
-        j = j + 1;
-    }}
-    var q: array<f64, 20>;
-    for (var i = 0; i <= jk; i++) {{
-        var fw = 0.0lf;
-        for (var jj = 0; jj <= jx; jj++) {{ fw += tx[jj] * f[jx + i - jj]; }}
-        q[i] = fw;
-    }}
-    var jz = jk;
-    var iq: array<i32, 20>;
-    var n: i32 = 0;
-    var ih: i32 = 0;
-    var zz: f64 = 0.0lf;
-    var fq: array<f64, 20>;
-    loop {{
-        // distill q[] into iq[] in reverse order
-        zz = q[jz];
-        for (var i = 0; i < jz; i++) {{
-            let fw = floor(ldexp(zz, -24));
-            iq[i] = i32(zz - ldexp(fw, 24));
-            zz = q[jz - 1 - i] + fw;
-        }}
-        zz = ldexp(zz, q0);
-        zz = zz - 8.0lf * floor(zz * 0.125lf);
-        n = i32(floor(zz));
-        zz = zz - f64(n);
-        ih = 0;
-        if (q0 > 0) {{
-            let i = iq[jz - 1] >> u32(24 - q0);
-            n = n + i;
-            iq[jz - 1] = iq[jz - 1] - (i << u32(24 - q0));
-            ih = iq[jz - 1] >> u32(23 - q0);
-        }} else if (q0 == 0) {{
-            ih = iq[jz - 1] >> 23u;
-        }} else if (zz >= 0.5lf) {{
-            ih = 2;
-        }}
-        if (ih > 0) {{
-            n = n + 1;
-            var carry = 0;
-            for (var i = 0; i < jz; i++) {{
-                let jw = iq[i];
-                if (carry == 0) {{
-                    if (jw != 0) {{ carry = 1; iq[i] = 0x1000000 - jw; }}
-                }} else {{
-                    iq[i] = 0xffffff - jw;
-                }}
-            }}
-            if (q0 > 0) {{
-                if (q0 == 1) {{ iq[jz - 1] = iq[jz - 1] & 0x7fffff; }}
-                if (q0 == 2) {{ iq[jz - 1] = iq[jz - 1] & 0x3fffff; }}
-            }}
-            if (ih == 2) {{
-                zz = 1.0lf - zz;
-                if (carry != 0) {{ zz = zz - ldexp(1.0lf, q0); }}
-            }}
-        }}
-        if (zz == 0.0lf) {{
-            var jw = 0;
-            for (var i = jz - 1; i >= jk; i--) {{ jw = jw | iq[i]; }}
-            if (jw == 0) {{
-                // need more terms of 2/pi
-                var k = 1;
-                while (iq[jk - k] == 0) {{ k = k + 1; }}
-                for (var i = jz + 1; i <= jz + k; i++) {{
-                    f[jx + i] = CB_TWO_OVER_PI[jv + i];
-                    var fw = 0.0lf;
-                    for (var jj = 0; jj <= jx; jj++) {{ fw += tx[jj] * f[jx + i - jj]; }}
-                    q[i] = fw;
-                }}
-                jz = jz + k;
-                continue;
-            }}
-        }}
-        break;
-    }}
-    var q0b = q0;
-    if (zz == 0.0lf) {{
-        jz = jz - 1;
-        q0b = q0b - 24;
-        while (iq[jz] == 0) {{ jz = jz - 1; q0b = q0b - 24; }}
-    }} else {{
-        zz = ldexp(zz, -q0b);
-        if (zz >= 16777216.0lf) {{
-            let fw = floor(ldexp(zz, -24));
-            iq[jz] = i32(zz - ldexp(fw, 24));
-            jz = jz + 1;
-            q0b = q0b + 24;
-            iq[jz] = i32(fw);
-        }} else {{
-            iq[jz] = i32(floor(zz));
-        }}
-    }}
-    var fw = ldexp(1.0lf, q0b);
-    for (var i = jz; i >= 0; i--) {{
-        q[i] = fw * f64(iq[i]);
-        fw = fw * 5.9604644775390625e-08lf;
-    }}
-    for (var i = jz; i >= 0; i--) {{
-        var acc = 0.0lf;
-        for (var k = 0; k <= jk && k <= jz - i; k++) {{ acc += CB_PIO2[k] * q[i + k]; }}
-        fq[jz - i] = acc;
-    }}
-    var s = 0.0lf;
-    for (var i = jz; i >= 0; i--) {{ s += fq[i]; }}
-    var y0 = select(-s, s, ih == 0);
-    s = fq[0] - cb_opaque_f64(s);
-    for (var i = 1; i <= jz; i++) {{ s += fq[i]; }}
-    var y1 = select(-s, s, ih == 0);
-    if (x < 0.0lf) {{ y0 = -y0; y1 = -y1; n = -n; }}
-    return CbRem(n & 7, y0, y1);
-}}
-fn cb_rempio2_f64(x: f64) -> CbRem {{
-    let ax = abs(x);
-    if (ax <= 7.85398163397448278999e-01lf) {{ return CbRem(0, x, 0.0lf); }}
-    if (ax >= 1.6470993291652855e+06lf) {{ return cb_rempio2_large(x); }}
+    if (ax <= 7.85398163397448278999e-01lf) { return CbRem(0, x, 0.0lf); }
+    if (ax >= 1.6470993291652855e+06lf) { return cb_rempio2_large(x); }
     let fq = floor(x * 6.36619772367581382433e-01lf + 0.5lf);
     let n = i32(fq);
     var r = x - fq * 1.57079632673412561417e+00lf;
     var w = fq * 6.07710050650619224932e-11lf;
     let j = cb_frexp_exp_f64(x);
     var y0 = cb_opaque_f64(r - w);
-    if (j - cb_frexp_exp_f64(y0) > 16) {{
+    if (j - cb_frexp_exp_f64(y0) > 16) {
         var t = r;
         w = fq * 6.07710050630396597660e-11lf;
         r = cb_opaque_f64(t - w);
         w = fq * 2.02226624879595063154e-21lf - ((t - r) - w);
         y0 = cb_opaque_f64(r - w);
-        if (j - cb_frexp_exp_f64(y0) > 49) {{
+        if (j - cb_frexp_exp_f64(y0) > 49) {
             t = r;
             w = fq * 2.02226624871116645580e-21lf;
             r = cb_opaque_f64(t - w);
             w = fq * 8.47842766036889956997e-32lf - ((t - r) - w);
             y0 = cb_opaque_f64(r - w);
-        }}
-    }}
+        }
+    }
     return CbRem(n, y0, (r - y0) - w);
-}}
-fn cb_ksin_f64(x: f64, y: f64) -> f64 {{
+}
+fn cb_ksin_f64(x: f64, y: f64) -> f64 {
     let z = x * x;
     let w = z * z;
     let r = 8.33333333332248946124e-03lf + z * (-1.98412698298579493134e-04lf + z * 2.75573137070700676789e-06lf)
         + z * w * (-2.50507602534068634195e-08lf + z * 1.58969099521155010221e-10lf);
     let v = z * x;
     return x - ((z * (0.5lf * y - v * r) - y) - v * -1.66666666666666324348e-01lf);
-}}
-fn cb_kcos_f64(x: f64, y: f64) -> f64 {{
+}
+fn cb_kcos_f64(x: f64, y: f64) -> f64 {
     let z = x * x;
     let w = z * z;
     let r = z * (4.16666666666666019037e-02lf + z * (-1.38888888888741095749e-03lf + z * 2.48015872894767294178e-05lf))
@@ -564,7 +513,7 @@ fn cb_kcos_f64(x: f64, y: f64) -> f64 {{
     let hz = 0.5lf * z;
     let w2 = cb_opaque_f64(1.0lf - hz);
     return w2 + (((1.0lf - w2) - hz) + (z * r - x * y));
-}}
+}
 """,
     "",
 )
@@ -614,7 +563,8 @@ _define(
     ("special",),
     # Dekker: a * b - fl(a * b) exactly, without fma (|a|, |b| below 2^995 for f64)
     """
-fn cb_split_$S(a: $T) -> vec2<$T> {
+fn cb_split_$S(x: $T) -> vec2<$T> {
+    let a = cb_opaque_$S(x);  // a literal argument would otherwise be split at compile time, wrongly
     let c = $SPLIT * a;
     let hi = c - cb_opaque_$S(c - a);
     return vec2<$T>(hi, a - hi);

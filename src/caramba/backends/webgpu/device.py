@@ -147,8 +147,9 @@ class Device:
 
 
 def open_device(float64_wanted: bool | None, want: str | None = None) -> Device:
-    """The shared device for the chosen adapter. ``float64_wanted``: True requires shader-f64,
-    False forces the float32 contract, None takes float64 when the adapter has it."""
+    """The shared device for the chosen adapter, with shader-f64/shader-int64 whenever the adapter
+    has them (float64 *storage*). ``float64_wanted`` is checked here: True requires shader-f64;
+    the compute precision itself is the runner's choice."""
     adapter = pick_adapter(want)
     has64 = all(f in adapter.features for f in F64_FEATURES)
     if float64_wanted and not has64:
@@ -158,7 +159,7 @@ def open_device(float64_wanted: bool | None, want: str | None = None) -> Device:
             backend=location_of(adapter.info),
             hint="use webgpu:precision=float32 (float64 nodes then need precision=float32)",
         )
-    float64 = has64 if float64_wanted is None else bool(float64_wanted)
+    float64 = has64
     int64 = "shader-int64" in adapter.features
     key = (adapter.summary, float64, int64)
     with _LOCK:

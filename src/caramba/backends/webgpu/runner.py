@@ -206,7 +206,10 @@ class WebGPURunner(Runner):
         want = None if precision is None else precision == "float64"
         self.dev: Device = open_device(want, adapter)
         self.location = self.dev.location
-        self.emitter = WgslEmitter(float64=self.dev.float64, int64=self.dev.int64)
+        # compute float64 in float64 when the device has it (unless forced to the float32 contract);
+        # float64 values are *stored* as f64 whenever the device has shader-f64
+        compute64 = self.dev.float64 if precision is None else precision == "float64"
+        self.emitter = WgslEmitter(float64=compute64, int64=self.dev.int64, store64=self.dev.float64)
         self.capabilities = gpu_capabilities(
             self.emitter,
             max_binding=self.dev.limits.get("max-storage-buffer-binding-size"),

@@ -249,6 +249,11 @@ def _loss(op: str, d: DType) -> list[Sample]:
 
 for _op in ("train.loss.mse", "train.loss.bce", "train.loss.cross_entropy", "train.metric.accuracy", "train.metric.perplexity"):
     _reg(_op, _loss)
+_reg("train.metric.f1", lambda op, d: [] if d.is_int and d is not I64 else [
+    graph(f"f1-{avg}-{(F64 if d.is_int else d).short}", F64 if d.is_int else d, [((6, 4), None, A), ((6,), I64, (0, 3))],
+          lambda x, y, a=avg: caramba.ir.current_graph().call(op, [x, y], {"average": a}))
+    for avg in ("macro", "micro", "binary")
+] + ([graph("f1-i32", F64, [((6, 4), None, A), ((6,), I32, (0, 3))], lambda x, y: ops.train.f1(x, y))] if d is F64 else []))
 
 
 # ---- random ---------------------------------------------------------------------------------

@@ -348,3 +348,85 @@ def _accuracy(node: Node, ins: tuple[ValueType, ...], e) -> Program:
     prog.steps.append(Launch(row_finish(w), (per, Slot("out", 0))))
     return prog
 
+
+
+@builder("train.metric.f1", LABELED)
+def _f1(node: Node, ins: tuple[ValueType, ...], e) -> Program:
+    """Predictions per row, then per-class tp/fp/fn (one workgroup per class), then the
+    average (macro over the classes present, micro over all decisions, or class 1)."""
+    logits, labels = ins
+    d = logits.dtype
+    c = logits.shape[-1]
+    rows = prod(labels.shape)
+    average = node.attrs["average"]
+    prog = Program()
+    pred = prog.temp(DType.int32, rows)
+    lab = prog.temp(DType.int32, rows)
+    counts = prog.temp(d, 3 * c)
+    # 1: argmax per row (first maximum; NaN wins) and the checked label
+    w = map_writer(e, kernel_name(node, "pred"), rows)
+    (xb, lb), (pb, qb) = bind(w, ins, [ValueType((rows,), DType.int32), ValueType((rows,), DType.int32)])
+    w.error_flag()
+    base = w.let(INDEX, f"gid * {w.num(c)}", "base")
+    label = checked_index(w, lb, "gid", labels.dtype, c)
+    bv = w.var(d, w.load(xb, base, d), "bv")
+    bi = w.var(INDEX, "0", "bi")
+    with w.loop("1", w.num(c), "1", "j") as j:
+        v = w.let(d, w.load(xb, f"{base} + {j}", d), "x")
+        vn, bn = e.isnan(v, d), e.isnan(bv, d)
+        with w.if_(f"({vn} && !{bn}) || (!{vn} && !{bn} && {v} > {bv})"):
+            w.set(bv, v)
+            w.set(bi, j)
+    w.store(pb, "gid", e.cast(bi, DType.int32, INDEX), DType.int32)
+    w.store(qb, "gid", e.cast(label, DType.int32, INDEX), DType.int32)
+    prog.steps.append(Launch(map_finish(w), (Slot("in", 0), Slot("in", 1), pred, lab, Slot("err"))))
+    # 2: per class k: tp, fp, fn over the rows
+    w = row_writer(e, kernel_name(node, "counts"), c, row_size(rows))
+    i32 = ValueType((rows,), DType.int32)
+    (pb, qb), (cb,) = bind(w, [i32, i32], [ValueType((3 * c,), d)])
+    k = w.let(DType.int32, e.cast("group", DType.int32, INDEX), "k")
+    one, zero = e.lit(1, d), e.lit(0, d)
+    add = lambda a, b: f"({a} + {b})"
+
+    def hit(cond):
+        def load(j: str) -> str:
+            p, q = w.let(DType.int32, w.load(pb, j, DType.int32), "p"), w.let(DType.int32, w.load(qb, j, DType.int32), "q")
+            return e.select(cond(p, q), one, zero)
+
+        return load
+
+    tp = workgroup_reduce(w, d, rows, hit(lambda p, q: f"{p} == {k} && {q} == {k}"), zero, add)
+    fp = workgroup_reduce(w, d, rows, hit(lambda p, q: f"{p} == {k} && {q} != {k}"), zero, add)
+    fn = workgroup_reduce(w, d, rows, hit(lambda p, q: f"{p} != {k} && {q} == {k}"), zero, add)
+    with w.if_("lid == 0"):
+        w.store(cb, "group", tp, d)
+        w.store(cb, f"group + {w.num(c)}", fp, d)
+        w.store(cb, f"group + {w.num(2 * c)}", fn, d)
+    prog.steps.append(Launch(row_finish(w), (pred, lab, counts)))
+    # 3: the average
+    w = row_writer(e, kernel_name(node, average), 1, row_size(c))
+    (cb,), (out,) = bind(w, [ValueType((3 * c,), d)], [ValueType((), d)])
+    two = e.lit(2, d)
+
+    def score(tp_: str, fp_: str, fn_: str) -> tuple[str, str]:
+        den = w.let(d, f"({two} * {tp_} + {fp_} + {fn_})", "den")
+        present = f"({den} > {zero})"
+        return e.select(present, f"({two} * {tp_} / {den})", zero), e.select(present, one, zero)
+
+    def at(j: str, part: int) -> str:
+        return w.load(cb, f"{j} + {w.num(part * c)}" if part else j, d)
+
+    if average == "macro":
+        total = workgroup_reduce(w, d, c, lambda j: score(at(j, 0), at(j, 1), at(j, 2))[0], zero, add)
+        present = workgroup_reduce(w, d, c, lambda j: score(at(j, 0), at(j, 1), at(j, 2))[1], zero, add)
+        value = e.select(f"{present} > {zero}", f"({total} / {present})", zero)
+    else:
+        if average == "micro":
+            sums = [workgroup_reduce(w, d, c, lambda j, p=p: at(j, p), zero, add) for p in range(3)]
+        else:  # binary: class 1 is positive
+            sums = [w.let(d, at("1", p), "s") for p in range(3)]
+        value = score(*sums)[0]
+    with w.if_("lid == 0"):
+        w.store(out, "0", value, d)
+    prog.steps.append(Launch(row_finish(w), (counts, Slot("out", 0))))
+    return prog
