@@ -828,3 +828,5 @@ def _rope(c: Ctx, node, xs, ins):
 
 
 __all__ = ["ORT_CPU", "RULES", "STANDARD", "Exported", "Profile", "export_graph", "rule"]
+
+from caramba.onnx import export_train as _train  # noqa: E402,F401  (registers the train.* rules)

@@ -70,6 +70,11 @@ _TABLE: dict[str, frozenset[DType]] = {
     "nn.embedding": F | I64_32,
     # attention
     "attention.sdpa": F | BOOL, "attention.rope": F,
+    # train (no checkpoint writer: host file I/O has no ONNX form)
+    "train.loss.mse": F, "train.loss.bce": F,
+    **dict.fromkeys(("train.loss.cross_entropy", "train.metric.accuracy", "train.metric.f1", "train.metric.perplexity"), F | I64_32),
+    **dict.fromkeys(("train.optimizer.sgd", "train.optimizer.rmsprop", "train.optimizer.adagrad", "train.optimizer.lion"), F),
+    **dict.fromkeys(("train.optimizer.adam", "train.optimizer.adamax", "train.optimizer.lamb"), F | KEY),
 }
 
 

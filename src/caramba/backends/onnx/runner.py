@@ -36,6 +36,23 @@ LEVELS = {
 }
 
 
+SMALL_WORK = 1 << 18  # element operations below which a session runs single-threaded
+
+
+def _work(graph: Graph) -> int:
+    """A rough count of element operations: output sizes, times the contraction for matmuls."""
+    total = 0
+    for n in graph.nodes:
+        size = sum(t.size for t in n.types)
+        if n.op in ("linalg.matmul", "attention.sdpa") and n.inputs:
+            size *= max(graph.type_of(n.inputs[0]).shape[-1:] or (1,))
+        elif n.op in ("nn.conv1d", "nn.conv2d") and len(n.inputs) > 1:
+            w = graph.type_of(n.inputs[1])
+            size *= max(w.size // max(w.shape[0], 1), 1)
+        total += size
+    return total
+
+
 class KernelFailed(CarambaError):
     """ONNX Runtime reported an error while running a graph (e.g. an index out of range); the
     message names the caramba node whose ONNX nodes failed."""
@@ -81,8 +98,10 @@ class OnnxExecutable(Executable):
         self._outputs = tuple((name, ex.outputs[name], graph.type_of(ref)) for name, ref in graph.outputs.items())
         self._state_out = tuple((name, onnx_name, graph.state[name].type) for name, onnx_name in ex.state_outputs.items())
         self._out_names = tuple(o[1] for o in self._outputs) + tuple(s[1] for s in self._state_out)
-        self._binding = self.session.io_binding()
-        self._device = runner.device
+        # The C-level session and binding: the Python wrappers add ~10 us of checks per call.
+        self._binding = self.session.io_binding()._iobinding
+        self._sess = self.session._sess
+        self._device = runner.ort_device
 
     @property
     def model(self) -> Any:
@@ -92,18 +111,19 @@ class OnnxExecutable(Executable):
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         b = self._binding
         for name, onnx_name in self._inputs:
-            b.bind_ortvalue_input(onnx_name, inputs[name].value)  # type: ignore[attr-defined]
+            b.bind_ortvalue_input(onnx_name, inputs[name].value._ortvalue)  # type: ignore[attr-defined]
         for name, onnx_name in self._state_in:
-            b.bind_ortvalue_input(onnx_name, state[name].value)  # type: ignore[attr-defined]
+            b.bind_ortvalue_input(onnx_name, state[name].value._ortvalue)  # type: ignore[attr-defined]
         # Rebinding every output to the device makes ORT allocate fresh buffers: results of an
         # earlier run stay valid (a reused binding would write into them).
         for onnx_name in self._out_names:
             b.bind_output(onnx_name, self._device)
         try:
-            self.session.run_with_iobinding(b)
+            self._sess.run_with_iobinding(b, None)
         except Exception as exc:  # ORT raises its own exception types
             raise self._failure(exc) from None
-        values = b.get_outputs()
+        vec = b.get_outputs()
+        values = [ort.OrtValue(vec[i]) for i in range(len(self._out_names))]
         runner = self.runner
         n = len(self._outputs)
         for i, (name, _, t) in enumerate(self._state_out):
@@ -137,6 +157,7 @@ class OnnxRunner(Runner):
         self.threads = threads
         self.opt = opt
         self.device = provider  # OrtValue device type: "cpu" or "cuda"
+        self.ort_device = ort.OrtDevice.make(provider, 0)._get_c_device()
         self.location = f"onnx:{provider}"
         self.capabilities = onnx_capabilities()
 
@@ -146,6 +167,9 @@ class OnnxRunner(Runner):
         so.graph_optimization_level = LEVELS[self.opt]
         if self.threads is not None:
             so.intra_op_num_threads = self.threads
+        elif _work(graph) < SMALL_WORK:
+            # A thread pool costs more to start (per session) than it can save on tiny graphs.
+            so.intra_op_num_threads = 1
         if self.provider != "cpu":
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         try:

@@ -636,3 +636,5 @@ def _rope(node, ins, ctx):
 
 
 __all__ = ["DTYPES", "INTS", "RULES", "TraceContext", "rule"]
+
+from caramba.backends.xla import train as _train  # noqa: E402,F401  (registers the train.* rules)

@@ -1,0 +1,1376 @@
+"""ONNX import: an ONNX model -> a caramba ``ir.Graph``, for the ONNX ops caramba has.
+
+Every ONNX node becomes caramba ops with the ONNX op's semantics (broadcasting, negative
+axes, opset-dependent attribute/input forms). caramba graphs are statically shaped, so
+operands that decide a shape (Reshape's shape, Slice's starts, Pad's pads, TopK's k, ...) must
+be known when importing: initializers, ``Constant`` nodes and values computed from them
+(``Shape`` of a static tensor, arithmetic on such values) are; a graph input in such a
+position must be given in ``static_inputs`` (it then becomes a constant of the graph).
+
+Unsupported things raise ``ImportUnsupported`` naming the ONNX node and op, with ``kind``
+``"op"`` (caramba has no such op), ``"dtype"`` (caramba's IR has no such element type) or
+``"feature"`` (an attribute or form of a supported op caramba does not implement).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from caramba.errors import UnsupportedOperation
+from caramba.ir.dtypes import DType
+from caramba.ir.graph import Graph, Origin, Value
+from caramba.onnx.emitter import FROM_ONNX
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class ImportUnsupported(UnsupportedOperation):
+    """The ONNX model uses an op, dtype or feature caramba cannot express (``kind`` says which)."""
+
+    def __init__(self, message: str, *, kind: str = "feature", **kw: Any) -> None:
+        self.kind = kind
+        super().__init__(message, **kw)
+
+
+class StaticInputRequired(ImportUnsupported):
+    """A graph input is used where caramba needs a value at import time (a shape, axes, ...);
+    pass it in ``static_inputs``. ``name`` is the input."""
+
+    def __init__(self, name: str, **kw: Any) -> None:
+        self.name = name
+        super().__init__(f"graph input '{name}' decides a shape; give its value in static_inputs", kind="static", **kw)
+
+
+Handler = Callable[["Cx"], list]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*op_types: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for t in op_types:
+            HANDLERS[t] = fn
+        return fn
+
+    return deco
+
+
+def caramba_dtype(elem_type: int, what: str) -> DType:
+    d = FROM_ONNX.get(elem_type)
+    if d is None:
+        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+        raise ImportUnsupported(f"{what} has element type {name}, which caramba's IR does not have", kind="dtype")
+    return d
+
+
+def _load(model: Any) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, Path)):
+        return onnx.load(str(model))
+    raise TypeError(f"import_model takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def coverage(model: Any) -> tuple[set[str], set[str]]:
+    """(ONNX op types caramba has no importer for, element types caramba lacks) in ``model``."""
+    m = _load(model)
+    missing_ops, missing_types = set(), set()
+
+    def walk(g):
+        for n in g.node:
+            if n.domain not in DEFAULT_DOMAINS:
+                missing_ops.add(f"{n.domain}.{n.op_type}")
+            elif n.op_type not in HANDLERS:
+                missing_ops.add(n.op_type)
+            for a in n.attribute:
+                if a.name == "to" and a.type == onnx.AttributeProto.INT and a.i not in FROM_ONNX:
+                    missing_types.add(TensorProto.DataType.Name(a.i))
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sub)
+        for vi in list(g.input) + list(g.output):
+            t = vi.type
+            if t.HasField("tensor_type"):
+                if t.tensor_type.elem_type not in FROM_ONNX:
+                    missing_types.add(TensorProto.DataType.Name(t.tensor_type.elem_type))
+            else:
+                missing_types.add(t.WhichOneof("value") or "unknown")
+        for init in g.initializer:
+            if init.data_type not in FROM_ONNX:
+                missing_types.add(TensorProto.DataType.Name(init.data_type))
+
+    walk(m.graph)
+    return missing_ops, missing_types
+
+
+def import_model(
+    model: Any,
+    *,
+    static_inputs: Mapping[str, Any] | None = None,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    name: str | None = None,
+) -> Graph:
+    """Build a caramba graph from an ONNX model (path, bytes or ModelProto).
+
+    ``static_inputs`` gives values of graph inputs that decide shapes (they become constants);
+    ``input_shapes`` fixes symbolic dimensions of the other inputs.
+    """
+    m = _load(model)
+    if m.functions:
+        from onnx import inliner
+
+        m = inliner.inline_local_functions(m)
+    opset = next((o.version for o in m.opset_import if o.domain in DEFAULT_DOMAINS), None)
+    if opset is None:
+        raise ImportUnsupported("the model does not import the default ONNX domain", kind="op")
+    return _Importer(m, opset, dict(static_inputs or {}), dict(input_shapes or {}), name).run()
+
+
+class _Importer:
+    def __init__(self, m, opset, static, shapes, name) -> None:
+        self.m = m
+        self.opset = opset
+        self.static = {k: np.asarray(v) for k, v in static.items()}
+        self.shapes = shapes
+        self.g = Graph(name or m.graph.name or "onnx")
+        self.env: dict[str, Value] = {}
+        self.known: dict[str, np.ndarray] = {}
+        self.input_names: set[str] = set()
+
+    def run(self) -> Graph:
+        graph = self.m.graph
+        inits = {i.name for i in graph.initializer}
+        for init in graph.initializer:
+            caramba_dtype(init.data_type, f"initializer '{init.name}'")
+            self.known[init.name] = numpy_helper.to_array(init)
+        with self.g:
+            for vi in graph.input:
+                if vi.name in inits:
+                    continue
+                self.input_names.add(vi.name)
+                if vi.name in self.static:
+                    d = self._input_type(vi)[1]
+                    self.known[vi.name] = self.static[vi.name].astype(d.numpy)
+                    continue
+                shape, d = self._input_type(vi)
+                self.env[vi.name] = self.g.input(vi.name, shape, d)
+            for node in graph.node:
+                Cx(self, node).lower()
+            for vi in graph.output:
+                v = self.value(vi.name)
+                want = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+                if want and caramba_dtype(want, f"output '{vi.name}'") is not v.dtype:
+                    raise ImportUnsupported(f"output '{vi.name}' is {v.dtype} but the model declares {caramba_dtype(want, '')}")
+                self.g.output(vi.name, v)
+        return self.g
+
+    def _input_type(self, vi) -> tuple[tuple[int, ...], DType]:
+        t = vi.type
+        if not t.HasField("tensor_type"):
+            raise ImportUnsupported(f"input '{vi.name}' is a {t.WhichOneof('value')}, not a tensor", kind="dtype")
+        d = caramba_dtype(t.tensor_type.elem_type, f"input '{vi.name}'")
+        if vi.name in self.shapes:
+            return tuple(self.shapes[vi.name]), d
+        if vi.name in self.static:
+            return self.static[vi.name].shape, d
+        if not t.tensor_type.HasField("shape"):
+            raise ImportUnsupported(f"input '{vi.name}' has no shape; give it in input_shapes")
+        dims = []
+        for dim in t.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                raise ImportUnsupported(
+                    f"input '{vi.name}' has the symbolic dimension {dim.dim_param or '?'}; caramba graphs are "
+                    "statically shaped: give the shape in input_shapes"
+                )
+            dims.append(dim.dim_value)
+        return tuple(dims), d
+
+    def value(self, name: str) -> Value:
+        v = self.env.get(name)
+        if v is None:
+            if name in self.known:
+                arr = self.known[name]
+                caramba_dtype(helper.np_dtype_to_tensor_dtype(arr.dtype), f"value '{name}'")
+                v = self.g.constant(arr)
+                self.env[name] = v
+            else:
+                raise ImportUnsupported(f"value '{name}' is used before it is defined")
+        return v
+
+
+# ONNX ops folded at import when all their inputs are known (shape arithmetic and constants).
+FOLDABLE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Cast", "CastLike", "Concat", "Gather", "Slice", "Squeeze",
+    "Unsqueeze", "Reshape", "Equal", "Less", "Greater", "Where", "Not", "And", "Or", "Max", "Min", "Range",
+    "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "Identity", "ConstantOfShape", "Expand", "Sqrt",
+    "Floor", "Ceil", "Size", "Shape", "Transpose", "Flatten", "Sign", "Mod", "Pow", "Trilu", "Tile", "Sum",
+    "GreaterOrEqual", "LessOrEqual", "Reciprocal", "Exp", "Log", "Softmax", "LogSoftmax", "Constant",
+    "EyeLike", "OneHot", "CumSum", "Split",
+})
+
+
+class Cx:
+    """One ONNX node being imported: its inputs as values or known arrays, its attributes."""
+
+    def __init__(self, imp: _Importer, node) -> None:
+        self.imp = imp
+        self.node = node
+        self.op = node.op_type
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self.origin = Origin(note=f"onnx {self.op} '{node.name or node.output[0]}'")
+
+    @property
+    def opset(self) -> int:
+        return self.imp.opset
+
+    def fail(self, message: str, kind: str = "feature") -> ImportUnsupported:
+        return ImportUnsupported(f"ONNX {self.op}: {message}", kind=kind, node=self.node.name or self.node.output[0], op=f"onnx.{self.op}")
+
+    # ---- inputs and attributes -------------------------------------------------------------
+    def n_in(self) -> int:
+        return len(self.node.input)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and self.node.input[i] != ""
+
+    def is_known(self, i: int) -> bool:
+        return self.has(i) and self.node.input[i] in self.imp.known
+
+    def v(self, i: int) -> Value:
+        return self.imp.value(self.node.input[i])
+
+    def t(self, i: int):
+        n = self.node.input[i]
+        if n in self.imp.known and n not in self.imp.env:
+            arr = self.imp.known[n]
+            from caramba.ir.types import ValueType
+
+            return ValueType(arr.shape, caramba_dtype(helper.np_dtype_to_tensor_dtype(arr.dtype), n))
+        return self.v(i).type
+
+    def static(self, i: int) -> np.ndarray:
+        n = self.node.input[i]
+        if n in self.imp.known:
+            return self.imp.known[n]
+        if n in self.imp.input_names:
+            raise StaticInputRequired(n, node=self.node.name or self.node.output[0], op=f"onnx.{self.op}")
+        raise self.fail(f"input '{n}' decides a shape but is computed at run time")
+
+    def ints(self, i: int) -> list[int]:
+        return [int(v) for v in np.asarray(self.static(i)).reshape(-1)]
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        v = self.attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    # ---- building ----------------------------------------------------------------------
+    def call(self, op: str, *inputs: Any, **attrs: Any) -> Any:
+        return self.imp.g.call(op, inputs, attrs, origin=self.origin)
+
+    def const(self, value: Any, dtype: DType | None = None) -> Value:
+        arr = np.asarray(value)
+        return self.imp.g.constant(arr.astype(dtype.numpy) if dtype is not None else arr)
+
+    def k(self, value: float, like: Value) -> Value:
+        return self.imp.g.constant(np.asarray(value, dtype=like.dtype.numpy))
+
+    # ---- the node ----------------------------------------------------------------------
+    def lower(self) -> None:
+        node = self.node
+        if node.domain not in DEFAULT_DOMAINS:
+            raise self.fail(f"domain '{node.domain}' is not supported", kind="op")
+        handler = HANDLERS.get(self.op)
+        if handler is None:
+            raise self.fail("caramba has no importer for this op", kind="op")
+        ins = [n for n in node.input if n]
+        if self.op in FOLDABLE and all(n in self.imp.known for n in ins) and (ins or self.op in ("Constant",)):
+            if self._fold():
+                return
+        outs = handler(self)
+        wanted = [o for o in node.output]
+        if len([o for o in wanted if o]) > len(outs) and any(o for o in wanted[len(outs):]):
+            raise self.fail(f"output {len(outs)} ('{wanted[len(outs)]}') is not supported")
+        for name, out in zip(wanted, outs, strict=False):
+            if not name:
+                continue
+            if isinstance(out, np.ndarray):
+                self.imp.known[name] = out
+            else:
+                self.imp.env[name] = out
+
+    def _fold(self) -> bool:
+        """Evaluate the node with ONNX's reference evaluator on its known inputs."""
+        from onnx.reference import ReferenceEvaluator
+
+        node = self.node
+        feeds = {n: self.imp.known[n] for n in node.input if n}
+        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in feeds.items()]
+        outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+        g = helper.make_graph([node], "fold", inputs, outputs)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+        try:
+            res = ReferenceEvaluator(m).run(None, feeds)
+        except Exception:  # leave it to the handler
+            return False
+        for name, arr in zip([o for o in node.output if o], res, strict=True):
+            self.imp.known[name] = np.asarray(arr)
+        return True
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+# ---- elementwise ----------------------------------------------------------------------------
+_UNARY = {
+    "Neg": "math.neg", "Exp": "math.exp", "Log": "math.log", "Sqrt": "math.sqrt", "Reciprocal": "math.reciprocal",
+    "Sin": "math.sin", "Cos": "math.cos", "Tanh": "math.tanh", "Erf": "math.erf", "Floor": "math.floor",
+    "Ceil": "math.ceil", "Round": "math.round", "Sign": "math.sign", "Sigmoid": "activation.sigmoid",
+    "Not": "math.logical_not",
+}
+
+
+@handles(*_UNARY)
+def _unary(cx: Cx):
+    return [cx.call(_UNARY[cx.op], cx.v(0))]
+
+
+@handles("Identity")
+def _identity(cx: Cx):
+    if cx.is_known(0):
+        return [cx.imp.known[cx.node.input[0]]]
+    return [cx.v(0)]
+
+
+@handles("Abs")
+def _abs(cx: Cx):
+    x = cx.v(0)
+    return [x if x.dtype is DType.uint8 else cx.call("math.abs", x)]
+
+
+@handles("Relu")
+def _relu(cx: Cx):
+    x = cx.v(0)
+    if x.dtype.is_float:
+        return [cx.call("activation.relu", x)]
+    return [cx.call("math.maximum", x, cx.k(0, x))]
+
+
+@handles("Tan")
+def _tan(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.div", cx.call("math.sin", x), cx.call("math.cos", x))]
+
+
+@handles("Sinh", "Cosh")
+def _sinh_cosh(cx: Cx):
+    x = cx.v(0)
+    a, b = cx.call("math.exp", x), cx.call("math.exp", cx.call("math.neg", x))
+    s = cx.call("math.sub", a, b) if cx.op == "Sinh" else cx.call("math.add", a, b)
+    return [cx.call("math.mul", s, cx.k(0.5, x))]
+
+
+@handles("Asinh", "Acosh", "Atanh")
+def _inverse_hyperbolic(cx: Cx):
+    x = cx.v(0)
+    one = cx.k(1.0, x)
+    if cx.op == "Asinh":
+        return [cx.call("math.log", cx.call("math.add", x, cx.call("math.sqrt", cx.call("math.add", cx.call("math.mul", x, x), one))))]
+    if cx.op == "Acosh":
+        return [cx.call("math.log", cx.call("math.add", x, cx.call("math.sqrt", cx.call("math.sub", cx.call("math.mul", x, x), one))))]
+    ratio = cx.call("math.div", cx.call("math.mul", x, cx.k(2.0, x)), cx.call("math.sub", one, x))
+    return [cx.call("math.mul", cx.call("math.log1p", ratio), cx.k(0.5, x))]
+
+
+@handles("IsNaN")
+def _isnan(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.not_equal", x, x)]
+
+
+@handles("IsInf")
+def _isinf(cx: Cx):
+    x = cx.v(0)
+    pos, neg = cx.attr("detect_positive", 1), cx.attr("detect_negative", 1)
+    outs = []
+    if pos:
+        outs.append(cx.call("math.equal", x, cx.k(np.inf, x)))
+    if neg:
+        outs.append(cx.call("math.equal", x, cx.k(-np.inf, x)))
+    if not outs:
+        return [np.zeros(x.shape, dtype=bool)]
+    return [outs[0] if len(outs) == 1 else cx.call("math.logical_or", *outs)]
+
+
+_BINARY = {"Add": "math.add", "Sub": "math.sub", "Mul": "math.mul", "Equal": "math.equal", "Less": "math.less",
+           "LessOrEqual": "math.less_equal", "Greater": "math.greater", "GreaterOrEqual": "math.greater_equal",
+           "And": "math.logical_and", "Or": "math.logical_or", "Xor": "math.not_equal"}
+
+
+@handles(*_BINARY)
+def _binary(cx: Cx):
+    return [cx.call(_BINARY[cx.op], cx.v(0), cx.v(1))]
+
+
+@handles("Div")
+def _div(cx: Cx):
+    a, b = cx.v(0), cx.v(1)
+    if not a.dtype.is_float:
+        raise cx.fail(f"integer division ({a.dtype}) is not a caramba op")
+    return [cx.call("math.div", a, b)]
+
+
+@handles("Pow")
+def _pow(cx: Cx):
+    a, b = cx.v(0), cx.v(1)
+    if not a.dtype.is_float:
+        raise cx.fail(f"integer power ({a.dtype}) is not a caramba op")
+    if b.dtype is not a.dtype:
+        b = cx.call("math.cast", b, dtype=a.dtype)
+    return [cx.call("math.pow", a, b)]
+
+
+@handles("Max", "Min", "Sum", "Mean")
+def _variadic(cx: Cx):
+    op = {"Max": "math.maximum", "Min": "math.minimum", "Sum": "math.add", "Mean": "math.add"}[cx.op]
+    vals = [cx.v(i) for i in range(cx.n_in()) if cx.has(i)]
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = cx.call(op, acc, v)
+    if len(vals) == 1:
+        acc = cx.call("shape.reshape", acc, shape=acc.shape)  # a fresh value, not the input itself
+    if cx.op == "Mean":
+        acc = cx.call("math.div", acc, cx.k(len(vals), acc))
+    return [acc]
+
+
+@handles("Where")
+def _where(cx: Cx):
+    return [cx.call("math.where", cx.v(0), cx.v(1), cx.v(2))]
+
+
+@handles("Clip")
+def _clip(cx: Cx):
+    x = cx.v(0)
+    if cx.opset < 11:
+        lo, hi = cx.attr("min"), cx.attr("max")
+        if lo is not None:
+            x = cx.call("math.maximum", x, cx.k(lo, x))
+        if hi is not None:
+            x = cx.call("math.minimum", x, cx.k(hi, x))
+        return [x]
+    out = x
+    if cx.has(1):
+        out = cx.call("math.maximum", out, cx.v(1))
+    if cx.has(2):
+        out = cx.call("math.minimum", out, cx.v(2))
+    if out is x:
+        out = cx.call("shape.reshape", x, shape=x.shape)
+    return [out]
+
+
+@handles("Cast", "CastLike")
+def _cast(cx: Cx):
+    x = cx.v(0)
+    if cx.op == "Cast":
+        d = caramba_dtype(cx.attr("to"), "Cast target")
+    else:
+        d = cx.t(1).dtype
+    return [cx.call("math.cast", x, dtype=d)]  # float -> int truncates toward zero, as in ONNX
+
+
+# ---- activations ----------------------------------------------------------------------------
+@handles("Softplus")
+def _softplus(cx: Cx):
+    return [cx.call("activation.softplus", cx.v(0))]
+
+
+@handles("Softsign")
+def _softsign(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.div", x, cx.call("math.add", cx.k(1.0, x), cx.call("math.abs", x)))]
+
+
+@handles("Elu")
+def _elu(cx: Cx):
+    return [cx.call("activation.elu", cx.v(0), alpha=float(cx.attr("alpha", 1.0)))]
+
+
+@handles("Selu")
+def _selu(cx: Cx):
+    x = cx.v(0)
+    alpha = float(cx.attr("alpha", 1.67326319217681884765625))
+    gamma = float(cx.attr("gamma", 1.05070102214813232421875))
+    return [cx.call("math.mul", cx.k(gamma, x), cx.call("activation.elu", x, alpha=alpha))]
+
+
+@handles("Celu")
+def _celu(cx: Cx):
+    x = cx.v(0)
+    alpha = float(cx.attr("alpha", 1.0))
+    neg = cx.call("math.mul", cx.k(alpha, x), cx.call("math.expm1", cx.call("math.div", cx.call("math.minimum", x, cx.k(0, x)), cx.k(alpha, x))))
+    return [cx.call("math.add", cx.call("math.maximum", x, cx.k(0, x)), neg)]
+
+
+@handles("LeakyRelu")
+def _leaky(cx: Cx):
+    return [cx.call("activation.leaky_relu", cx.v(0), alpha=float(cx.attr("alpha", 0.01)))]
+
+
+@handles("PRelu")
+def _prelu(cx: Cx):
+    x, s = cx.v(0), cx.v(1)
+    return [cx.call("math.where", cx.call("math.less", x, cx.k(0, x)), cx.call("math.mul", s, x), x)]
+
+
+@handles("ThresholdedRelu")
+def _thresholded(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.where", cx.call("math.greater", x, cx.k(cx.attr("alpha", 1.0), x)), x, cx.k(0, x))]
+
+
+def _hard_sigmoid(cx: Cx, x: Value, alpha: float, beta: float) -> Value:
+    y = cx.call("math.add", cx.call("math.mul", cx.k(alpha, x), x), cx.k(beta, x))
+    return cx.call("math.minimum", cx.call("math.maximum", y, cx.k(0, x)), cx.k(1, x))
+
+
+@handles("HardSigmoid")
+def _hardsigmoid(cx: Cx):
+    return [_hard_sigmoid(cx, cx.v(0), float(cx.attr("alpha", 0.2)), float(cx.attr("beta", 0.5)))]
+
+
+@handles("HardSwish")
+def _hardswish(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.mul", x, _hard_sigmoid(cx, x, 1.0 / 6.0, 0.5))]
+
+
+@handles("Mish")
+def _mish(cx: Cx):
+    x = cx.v(0)
+    return [cx.call("math.mul", x, cx.call("math.tanh", cx.call("activation.softplus", x)))]
+
+
+@handles("Gelu")
+def _gelu(cx: Cx):
+    return [cx.call("activation.gelu", cx.v(0), approximate=cx.attr("approximate", "none"))]
+
+
+def _swish(cx: Cx, x: Value, alpha: float) -> Value:
+    if alpha == 1.0:
+        return cx.call("activation.silu", x)
+    return cx.call("math.mul", x, cx.call("activation.sigmoid", cx.call("math.mul", cx.k(alpha, x), x)))
+
+
+@handles("Swish")
+def _swish_op(cx: Cx):
+    return [_swish(cx, cx.v(0), float(cx.attr("alpha", 1.0)))]
+
+
+@handles("SwiGLU")
+def _swiglu(cx: Cx):
+    alpha = float(cx.attr("alpha", 1.0))
+    if alpha == 1.0:
+        return [cx.call("activation.swiglu", cx.v(0), cx.v(1))]
+    return [cx.call("math.mul", _swish(cx, cx.v(0), alpha), cx.v(1))]
+
+
+@handles("Shrink")
+def _shrink(cx: Cx):
+    x = cx.v(0)
+    lambd, bias = float(cx.attr("lambd", 0.5)), float(cx.attr("bias", 0.0))
+    low = cx.call("math.less", x, cx.k(-lambd, x))
+    high = cx.call("math.greater", x, cx.k(lambd, x))
+    return [cx.call("math.where", low, cx.call("math.add", x, cx.k(bias, x)),
+                    cx.call("math.where", high, cx.call("math.sub", x, cx.k(bias, x)), cx.k(0, x)))]
+
+
+# ---- softmax family ---------------------------------------------------------------------
+def _coerced_2d(cx: Cx, x: Value, axis: int, fn) -> Value:
+    shape = x.shape
+    axis = _norm_axis(axis, len(shape))
+    flat = cx.call("shape.reshape", x, shape=(int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))))
+    return cx.call("shape.reshape", fn(flat, -1), shape=shape)
+
+
+@handles("Softmax", "LogSoftmax", "Hardmax")
+def _softmax(cx: Cx):
+    x = cx.v(0)
+    if x.ndim == 0:
+        raise cx.fail("a scalar input")
+
+    def apply(v: Value, axis: int) -> Value:
+        if cx.op == "Softmax":
+            return cx.call("nn.softmax", v, axis=axis)
+        if cx.op == "LogSoftmax":
+            return cx.call("nn.log_softmax", v, axis=axis)
+        a = _norm_axis(axis, v.ndim)
+        arg = cx.call("reduce.argmax", v, axis=a, keepdims=True)
+        idx = cx.call("shape.iota", shape=v.shape, axis=a, dtype=DType.int64)
+        return cx.call("math.cast", cx.call("math.equal", idx, arg), dtype=v.dtype)
+
+    if cx.opset < 13:
+        return [_coerced_2d(cx, x, cx.attr("axis", 1), apply)]
+    return [apply(x, cx.attr("axis", -1))]
+
+
+# ---- reductions ---------------------------------------------------------------------------
+_REDUCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18, "ReduceProd": 18,
+           "ReduceLogSumExp": 18, "ReduceSumSquare": 18, "ReduceL1": 18, "ReduceL2": 18, "ReduceLogSum": 18}
+
+
+def _reduce_axes(cx: Cx, rank: int) -> list[int] | None:
+    """The axes to reduce, or None for 'reduce nothing' (noop_with_empty_axes)."""
+    if cx.opset >= _REDUCE[cx.op]:
+        axes = cx.ints(1) if cx.has(1) else []
+    else:
+        axes = list(cx.attr("axes", []))
+    if not axes:
+        return None if cx.attr("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted(_norm_axis(a, rank) for a in axes)
+
+
+@handles(*_REDUCE)
+def _reduce(cx: Cx):
+    x = cx.v(0)
+    axes = _reduce_axes(cx, x.ndim)
+    keep = bool(cx.attr("keepdims", 1))
+    if axes is None:
+        if cx.op in ("ReduceSumSquare",):
+            return [cx.call("math.mul", x, x)]
+        if cx.op == "ReduceL1":
+            return [cx.call("math.abs", x)]
+        if cx.op == "ReduceL2":
+            return [cx.call("math.sqrt", cx.call("math.mul", x, x))]
+        if cx.op == "ReduceLogSum":
+            return [cx.call("math.log", x)]
+        if cx.op == "ReduceLogSumExp":
+            return [cx.call("math.log", cx.call("math.exp", x))]
+        return [cx.call("shape.reshape", x, shape=x.shape)]
+    simple = {"ReduceSum": "reduce.sum", "ReduceMean": "reduce.mean", "ReduceMax": "reduce.max",
+              "ReduceMin": "reduce.min", "ReduceProd": "reduce.prod", "ReduceLogSumExp": "reduce.logsumexp"}
+    if cx.op in simple:
+        return [cx.call(simple[cx.op], x, axes=axes, keepdims=keep)]
+    if cx.op in ("ReduceL2", "ReduceLogSum") and not x.dtype.is_float:
+        raise cx.fail(f"{cx.op} of {x.dtype}")
+    src = {"ReduceSumSquare": lambda: cx.call("math.mul", x, x), "ReduceL1": lambda: cx.call("math.abs", x),
+           "ReduceL2": lambda: cx.call("math.mul", x, x), "ReduceLogSum": lambda: x}[cx.op]()
+    s = cx.call("reduce.sum", src, axes=axes, keepdims=keep)
+    if cx.op == "ReduceL2":
+        s = cx.call("math.sqrt", s)
+    elif cx.op == "ReduceLogSum":
+        s = cx.call("math.log", s)
+    return [s]
+
+
+@handles("ArgMax", "ArgMin")
+def _argmax(cx: Cx):
+    x = cx.v(0)
+    axis = _norm_axis(cx.attr("axis", 0), x.ndim)
+    keep = bool(cx.attr("keepdims", 1))
+    op = "reduce.argmax" if cx.op == "ArgMax" else "reduce.argmin"
+    if cx.attr("select_last_index", 0):
+        flipped = cx.call(op, cx.call("shape.flip", x, axes=[axis]), axis=axis, keepdims=keep)
+        return [cx.call("math.sub", cx.const(np.int64(x.shape[axis] - 1)), flipped)]
+    return [cx.call(op, x, axis=axis, keepdims=keep)]
+
+
+# ---- linear algebra -------------------------------------------------------------------------
+@handles("MatMul")
+def _matmul(cx: Cx):
+    return [cx.call("linalg.matmul", cx.v(0), cx.v(1))]
+
+
+@handles("Gemm")
+def _gemm(cx: Cx):
+    a, b = cx.v(0), cx.v(1)
+    if cx.attr("transA", 0):
+        a = cx.call("shape.transpose", a)
+    if cx.attr("transB", 0):
+        b = cx.call("shape.transpose", b)
+    y = cx.call("linalg.matmul", a, b)
+    alpha, beta = float(cx.attr("alpha", 1.0)), float(cx.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = cx.call("math.mul", cx.k(alpha, y), y)
+    if cx.has(2):
+        c = cx.v(2)
+        if beta != 1.0:
+            c = cx.call("math.mul", cx.k(beta, c), c)
+        y = cx.call("math.add", y, c)
+    return [y]
+
+
+# ---- shape and indexing ---------------------------------------------------------------------
+@handles("Shape")
+def _shape(cx: Cx):
+    shape = cx.t(0).shape
+    start, end = cx.attr("start", 0), cx.attr("end", None)
+    return [np.asarray(shape[slice(start, end)], dtype=np.int64)]
+
+
+@handles("Size")
+def _size(cx: Cx):
+    return [np.asarray(int(np.prod(cx.t(0).shape, dtype=np.int64)), dtype=np.int64)]
+
+
+@handles("Constant")
+def _constant(cx: Cx):
+    if "value" in cx.attrs:
+        t = cx.attrs["value"]
+        caramba_dtype(t.data_type, "Constant")
+        return [numpy_helper.to_array(t)]
+    for key, d in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in cx.attrs:
+            return [np.asarray(cx.attrs[key], d)]
+    raise cx.fail("sparse or string constants", kind="dtype")
+
+
+@handles("ConstantOfShape")
+def _constant_of_shape(cx: Cx):
+    shape = cx.ints(0)
+    t = cx.attrs.get("value")
+    value = numpy_helper.to_array(t) if t is not None else np.zeros(1, np.float32)
+    caramba_dtype(helper.np_dtype_to_tensor_dtype(value.dtype), "ConstantOfShape value")
+    return [np.full(shape, value.reshape(-1)[0], dtype=value.dtype)]
+
+
+@handles("Range")
+def _range(cx: Cx):
+    start, limit, delta = (cx.static(i) for i in range(3))
+    return [np.arange(start, limit, delta).astype(start.dtype)]
+
+
+@handles("EyeLike")
+def _eyelike(cx: Cx):
+    t = cx.t(0)
+    d = caramba_dtype(cx.attr("dtype"), "EyeLike dtype") if "dtype" in cx.attrs else t.dtype
+    return [np.eye(t.shape[0], t.shape[1], k=cx.attr("k", 0)).astype(d.numpy)]
+
+
+@handles("Reshape")
+def _reshape(cx: Cx):
+    x = cx.v(0)
+    shape = cx.ints(1)
+    if not cx.attr("allowzero", 0):
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return [cx.call("shape.reshape", x, shape=shape)]
+
+
+@handles("Flatten")
+def _flatten(cx: Cx):
+    x = cx.v(0)
+    axis = _norm_axis(cx.attr("axis", 1), x.ndim)
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [cx.call("shape.reshape", x, shape=(outer, int(np.prod(x.shape[axis:], dtype=np.int64))))]
+
+
+@handles("Squeeze")
+def _squeeze(cx: Cx):
+    x = cx.v(0)
+    axes = cx.ints(1) if cx.opset >= 13 and cx.has(1) else cx.attr("axes")
+    return [cx.call("shape.squeeze", x, axes=None if axes is None else list(axes))]
+
+
+@handles("Unsqueeze")
+def _unsqueeze(cx: Cx):
+    x = cx.v(0)
+    axes = cx.ints(1) if cx.opset >= 13 else list(cx.attr("axes"))
+    return [cx.call("shape.expand_dims", x, axes=axes)]
+
+
+@handles("Transpose")
+def _transpose(cx: Cx):
+    perm = cx.attr("perm")
+    return [cx.call("shape.transpose", cx.v(0), perm=None if perm is None else list(perm))]
+
+
+@handles("Concat")
+def _concat(cx: Cx):
+    vals = [cx.v(i) for i in range(cx.n_in()) if cx.has(i)]
+    return [cx.call("shape.concat", *vals, axis=cx.attr("axis"))]
+
+
+@handles("Split")
+def _split(cx: Cx):
+    x = cx.v(0)
+    axis = _norm_axis(cx.attr("axis", 0), x.ndim)
+    n_out = len(cx.node.output)
+    if cx.opset >= 13 and cx.has(1):
+        sizes = cx.ints(1)
+    elif cx.opset < 13 and "split" in cx.attrs:
+        sizes = list(cx.attr("split"))
+    else:
+        dim = x.shape[axis]
+        n = cx.attr("num_outputs", n_out)
+        chunk = -(-dim // n)
+        sizes = [min(chunk, dim - i * chunk) for i in range(n)]
+    outs = cx.call("shape.split", x, axis=axis, sizes=sizes)
+    return list(outs) if isinstance(outs, tuple) else [outs]
+
+
+@handles("Slice")
+def _slice(cx: Cx):
+    x = cx.v(0)
+    if cx.opset < 10:
+        starts, ends = list(cx.attr("starts")), list(cx.attr("ends"))
+        axes = list(cx.attr("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = cx.ints(1), cx.ints(2)
+        axes = cx.ints(3) if cx.has(3) else list(range(len(starts)))
+        steps = cx.ints(4) if cx.has(4) else [1] * len(starts)
+    return [cx.call("shape.slice", x, starts=starts, ends=ends, axes=[_norm_axis(a, x.ndim) for a in axes], steps=steps)]
+
+
+@handles("Pad")
+def _pad(cx: Cx):
+    x = cx.v(0)
+    mode = cx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise cx.fail(f"mode '{mode}'")
+    r = x.ndim
+    if cx.opset < 11:
+        pads, value = list(cx.attr("pads")), float(cx.attr("value", 0.0))
+        axes = list(range(r))
+    else:
+        pads = cx.ints(1)
+        value = float(cx.static(2).reshape(-1)[0]) if cx.has(2) else 0.0
+        axes = [_norm_axis(a, r) for a in cx.ints(3)] if cx.has(3) else list(range(r))
+    k = len(axes)
+    full = [0] * (2 * r)
+    for i, a in enumerate(axes):
+        full[2 * a], full[2 * a + 1] = pads[i], pads[k + i]
+    if any(p < 0 for p in full):  # negative pads crop
+        starts = [max(-full[2 * a], 0) for a in range(r)]
+        ends = [x.shape[a] - max(-full[2 * a + 1], 0) for a in range(r)]
+        x = cx.call("shape.slice", x, starts=starts, ends=ends, axes=list(range(r)))
+        full = [max(p, 0) for p in full]
+    return [cx.call("shape.pad", x, pads=full, mode=mode, value=value)]
+
+
+@handles("Expand")
+def _expand(cx: Cx):
+    x = cx.v(0)
+    shape = cx.ints(1)
+    from caramba.ops._define import broadcast_shapes
+
+    return [cx.call("shape.broadcast_to", x, shape=broadcast_shapes(x.shape, tuple(shape)))]
+
+
+@handles("Tile")
+def _tile(cx: Cx):
+    x = cx.v(0)
+    reps = cx.ints(1)
+    inter = []
+    target = []
+    for d, rp in zip(x.shape, reps, strict=True):
+        inter += [1, d]
+        target += [rp, d]
+    y = cx.call("shape.broadcast_to", cx.call("shape.reshape", x, shape=inter), shape=target)
+    return [cx.call("shape.reshape", y, shape=[d * rp for d, rp in zip(x.shape, reps, strict=True)])]
+
+
+@handles("Gather")
+def _gather(cx: Cx):
+    x, idx = cx.v(0), cx.v(1)
+    return [cx.call("shape.gather", x, idx, axis=cx.attr("axis", 0))]
+
+
+def _strides(shape) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+def _wrap(cx: Cx, idx: Value, n: int) -> Value:
+    idx = cx.call("math.cast", idx, dtype=DType.int64) if idx.dtype is not DType.int64 else idx
+    return cx.call("math.where", cx.call("math.less", idx, cx.const(np.int64(0))), cx.call("math.add", idx, cx.const(np.int64(n))), idx)
+
+
+def _flat_index_elements(cx: Cx, xshape, idx: Value, axis: int) -> Value:
+    """Flat indices into x for take_along_axis(x, idx, axis)."""
+    strides = _strides(xshape)
+    flat = cx.call("math.mul", _wrap(cx, idx, xshape[axis]), cx.const(np.int64(strides[axis])))
+    for d in range(len(xshape)):
+        if d == axis or idx.shape[d] == 1:  # a size-1 axis contributes index 0
+            continue
+        io = cx.call("shape.iota", shape=idx.shape, axis=d, dtype=DType.int64)
+        flat = cx.call("math.add", flat, cx.call("math.mul", io, cx.const(np.int64(strides[d]))))
+    return flat
+
+
+@handles("GatherElements")
+def _gather_elements(cx: Cx):
+    x, idx = cx.v(0), cx.v(1)
+    axis = _norm_axis(cx.attr("axis", 0), x.ndim)
+    flat = _flat_index_elements(cx, x.shape, idx, axis)
+    return [cx.call("shape.gather", cx.call("shape.reshape", x, shape=(int(np.prod(x.shape, dtype=np.int64)),)), flat, axis=0)]
+
+
+def _flat_index_nd(cx: Cx, xshape, idx: Value, batch_dims: int) -> tuple[Value, tuple[int, ...]]:
+    """For GatherND/ScatterND: flat indices into x reshaped to [prod(B + D_k), *rest]."""
+    k = idx.shape[-1]
+    block = xshape[: batch_dims + k]
+    strides = _strides(block)
+    outer = idx.shape[:-1]
+    flat = None
+    for j in range(k):
+        comp = cx.call("shape.squeeze", cx.call("shape.slice", idx, starts=[j], ends=[j + 1], axes=[idx.ndim - 1]), axes=[idx.ndim - 1])
+        term = cx.call("math.mul", _wrap(cx, comp, xshape[batch_dims + j]), cx.const(np.int64(strides[batch_dims + j])))
+        flat = term if flat is None else cx.call("math.add", flat, term)
+    for b in range(batch_dims):
+        io = cx.call("shape.iota", shape=outer, axis=b, dtype=DType.int64)
+        term = cx.call("math.mul", io, cx.const(np.int64(strides[b])))
+        flat = term if flat is None else cx.call("math.add", flat, term)
+    if flat is None:
+        flat = cx.const(np.zeros(outer, np.int64))
+    rest = tuple(xshape[batch_dims + k:])
+    return flat, (int(np.prod(block, dtype=np.int64)),) + rest
+
+
+@handles("GatherND")
+def _gather_nd(cx: Cx):
+    x, idx = cx.v(0), cx.v(1)
+    b = cx.attr("batch_dims", 0)
+    flat, shape2 = _flat_index_nd(cx, x.shape, idx, b)
+    return [cx.call("shape.gather", cx.call("shape.reshape", x, shape=shape2), flat, axis=0)]
+
+
+def _scatter(cx: Cx, x: Value, flat: Value, upd: Value, x2shape, reduction: str) -> Value:
+    x2 = cx.call("shape.reshape", x, shape=x2shape)
+    if reduction == "add":
+        out = cx.call("shape.scatter_add", x2, flat, upd)
+    elif reduction == "none":
+        zeros = cx.const(np.zeros(x2shape, x.dtype.numpy))
+        ones = cx.const(np.ones(upd.shape, x.dtype.numpy))
+        hit = cx.call("math.greater", cx.call("shape.scatter_add", zeros, flat, ones), cx.const(np.zeros((), x.dtype.numpy)))
+        out = cx.call("math.where", hit, cx.call("shape.scatter_add", zeros, flat, upd), x2)
+    else:
+        raise cx.fail(f"reduction '{reduction}'")
+    return cx.call("shape.reshape", out, shape=x.shape)
+
+
+@handles("ScatterElements", "Scatter")
+def _scatter_elements(cx: Cx):
+    x, idx, upd = cx.v(0), cx.v(1), cx.v(2)
+    if x.dtype is DType.bool:
+        raise cx.fail("scatter into bool")
+    axis = _norm_axis(cx.attr("axis", 0), x.ndim)
+    flat = _flat_index_elements(cx, x.shape, idx, axis)
+    upd_flat = cx.call("shape.reshape", upd, shape=flat.shape)
+    return [_scatter(cx, x, flat, upd_flat, (int(np.prod(x.shape, dtype=np.int64)),), cx.attr("reduction", "none"))]
+
+
+@handles("ScatterND")
+def _scatter_nd(cx: Cx):
+    x, idx, upd = cx.v(0), cx.v(1), cx.v(2)
+    if x.dtype is DType.bool:
+        raise cx.fail("scatter into bool")
+    flat, shape2 = _flat_index_nd(cx, x.shape, idx, 0)
+    return [_scatter(cx, x, flat, upd, shape2, cx.attr("reduction", "none"))]
+
+
+@handles("Trilu")
+def _trilu(cx: Cx):
+    x = cx.v(0)
+    k = int(cx.static(1).reshape(-1)[0]) if cx.has(1) else 0
+    n, m = x.shape[-2:]
+    mask = np.triu(np.ones((n, m), bool), k) if cx.attr("upper", 1) else np.tril(np.ones((n, m), bool), k)
+    return [cx.call("math.where", cx.const(mask), x, cx.const(np.zeros((), x.dtype.numpy)))]
+
+
+@handles("OneHot")
+def _onehot(cx: Cx):
+    idx, values = cx.v(0), cx.v(2)
+    depth = int(np.asarray(cx.static(1)).reshape(-1)[0])
+    axis = cx.attr("axis", -1)
+    out_rank = idx.ndim + 1
+    axis = _norm_axis(axis, out_rank)
+    ind = idx if idx.dtype.is_int else cx.call("math.cast", idx, dtype=DType.int64)
+    if ind.dtype.is_float:
+        ind = cx.call("math.cast", ind, dtype=DType.int64)
+    ind = cx.call("math.cast", ind, dtype=DType.int64)
+    ind = cx.call("math.where", cx.call("math.less", ind, cx.const(np.int64(0))), cx.call("math.add", ind, cx.const(np.int64(depth))), ind)
+    shape = [1] * out_rank
+    shape[axis] = depth
+    classes = cx.const(np.arange(depth, dtype=np.int64).reshape(shape))
+    hit = cx.call("math.equal", cx.call("shape.expand_dims", ind, axes=[axis]), classes)
+    off = cx.call("shape.slice", values, starts=[0], ends=[1], axes=[0])
+    on = cx.call("shape.slice", values, starts=[1], ends=[2], axes=[0])
+    off, on = cx.call("shape.reshape", off, shape=()), cx.call("shape.reshape", on, shape=())
+    return [cx.call("math.where", hit, on, off)]
+
+
+@handles("CumSum")
+def _cumsum(cx: Cx):
+    x = cx.v(0)
+    if not (x.dtype.is_float or x.dtype in (DType.int64, DType.int32)):
+        raise cx.fail(f"CumSum of {x.dtype}")
+    axis = _norm_axis(int(np.asarray(cx.static(1)).reshape(-1)[0]), x.ndim)
+    n = x.shape[axis]
+    i, j = np.indices((n, n))
+    exclusive, reverse = cx.attr("exclusive", 0), cx.attr("reverse", 0)
+    # out[..., j] = sum_i x[..., i] * T[i, j]
+    if reverse:
+        tri = (i > j) if exclusive else (i >= j)
+    else:
+        tri = (i < j) if exclusive else (i <= j)
+    perm = [d for d in range(x.ndim) if d != axis] + [axis]
+    inv = list(np.argsort(perm))
+    xt = cx.call("shape.transpose", x, perm=perm)
+    y = cx.call("linalg.matmul", xt, cx.const(tri.astype(x.dtype.numpy)))
+    return [cx.call("shape.transpose", y, perm=[int(v) for v in inv])]
+
+
+@handles("DepthToSpace")
+def _depth_to_space(cx: Cx):
+    x = cx.v(0)
+    n, c, h, w = x.shape
+    b = cx.attr("blocksize")
+    if cx.attr("mode", "DCR") == "DCR":
+        y = cx.call("shape.reshape", x, shape=(n, b, b, c // (b * b), h, w))
+        y = cx.call("shape.transpose", y, perm=[0, 3, 4, 1, 5, 2])
+    else:
+        y = cx.call("shape.reshape", x, shape=(n, c // (b * b), b, b, h, w))
+        y = cx.call("shape.transpose", y, perm=[0, 1, 4, 2, 5, 3])
+    return [cx.call("shape.reshape", y, shape=(n, c // (b * b), h * b, w * b))]
+
+
+@handles("SpaceToDepth")
+def _space_to_depth(cx: Cx):
+    x = cx.v(0)
+    n, c, h, w = x.shape
+    b = cx.attr("blocksize")
+    y = cx.call("shape.reshape", x, shape=(n, c, h // b, b, w // b, b))
+    y = cx.call("shape.transpose", y, perm=[0, 3, 5, 1, 2, 4])
+    return [cx.call("shape.reshape", y, shape=(n, c * b * b, h // b, w // b))]
+
+
+def _integer_scales(cx: Cx, x: Value, scales: list[float]) -> list[int]:
+    out = []
+    for s in scales:
+        if s < 1 or float(s) != int(s):
+            raise cx.fail(f"scale {s} (only integer upsampling is supported)")
+        out.append(int(s))
+    return out
+
+
+@handles("Upsample", "Resize")
+def _resize(cx: Cx):
+    x = cx.v(0)
+    mode = cx.attr("mode", "nearest")
+    if mode != "nearest":
+        raise cx.fail(f"mode '{mode}'")
+    if cx.op == "Upsample":
+        scales = list(cx.static(1).reshape(-1)) if cx.opset >= 9 else list(cx.attr("scales"))
+    else:
+        ctm = cx.attr("coordinate_transformation_mode", "half_pixel")
+        nearest = cx.attr("nearest_mode", "round_prefer_floor")
+        ok = (ctm == "asymmetric" and nearest == "floor") or (ctm in ("half_pixel", "pytorch_half_pixel") and nearest in ("round_prefer_floor", "round_prefer_ceil"))
+        if not ok or cx.attr("antialias", 0) or "axes" in cx.attrs:
+            raise cx.fail(f"coordinate_transformation_mode '{ctm}' with nearest_mode '{nearest}'")
+        if cx.has(2) and cx.static(2).size:
+            scales = [float(s) for s in cx.static(2).reshape(-1)]
+        elif cx.has(3):
+            sizes = cx.ints(3)
+            scales = [s / d for s, d in zip(sizes, x.shape, strict=True)]
+        else:
+            raise cx.fail("neither scales nor sizes")
+        if ctm == "half_pixel" and any(s != 1 and float(s) != int(s) for s in scales):
+            raise cx.fail("non-integer scales")
+    ints = _integer_scales(cx, x, scales)
+    k = next((i for i, s in enumerate(ints) if s != 1), len(ints))
+    return [cx.call("shape.upsample_nearest", x, scales=ints[k:]) if k < len(ints) else cx.call("shape.reshape", x, shape=x.shape)]
+
+
+@handles("Dropout")
+def _dropout(cx: Cx):
+    x = cx.v(0)
+    training = bool(cx.static(2).reshape(-1)[0]) if cx.has(2) else False
+    if training or (cx.opset < 7 and not cx.attr("is_test", 0)):
+        raise cx.fail("training mode (random masks are not comparable)")
+    y = cx.call("shape.reshape", x, shape=x.shape)
+    mask = np.ones(x.shape, dtype=bool)
+    return [y, mask]
+
+
+# ---- normalization ----------------------------------------------------------------------
+def _stash(cx: Cx, x: Value) -> tuple[Value, DType]:
+    """stash_type=1 (the default): compute in float32 at least, as the ONNX reference does."""
+    if cx.attr("stash_type", 1) == 1 and x.dtype in (DType.float16, DType.bfloat16):
+        return cx.call("math.cast", x, dtype=DType.float32), x.dtype
+    return x, x.dtype
+
+
+def _back(cx: Cx, y: Value, d: DType) -> Value:
+    return cx.call("math.cast", y, dtype=d) if y.dtype is not d else y
+
+
+@handles("LayerNormalization")
+def _layer_norm(cx: Cx):
+    x0 = cx.v(0)
+    x, d = _stash(cx, x0)
+    axis = _norm_axis(cx.attr("axis", -1), x.ndim)
+    eps = float(cx.attr("epsilon", 1e-5))
+    axes = list(range(axis, x.ndim))
+    mean = cx.call("reduce.mean", x, axes=axes, keepdims=True)
+    cen = cx.call("math.sub", x, mean)
+    var = cx.call("reduce.mean", cx.call("math.mul", cen, cen), axes=axes, keepdims=True)
+    inv = cx.call("math.rsqrt", cx.call("math.add", var, cx.k(eps, var)))
+    y = _back(cx, cx.call("math.mul", cen, inv), d)
+    y = cx.call("math.mul", y, cx.v(1))
+    if cx.has(2):
+        y = cx.call("math.add", y, cx.v(2))
+    return [y, mean, inv]
+
+
+@handles("RMSNormalization")
+def _rms_norm(cx: Cx):
+    x0 = cx.v(0)
+    x, d = _stash(cx, x0)
+    axis = _norm_axis(cx.attr("axis", -1), x.ndim)
+    eps = float(cx.attr("epsilon", 1e-5))
+    ms = cx.call("reduce.mean", cx.call("math.mul", x, x), axes=list(range(axis, x.ndim)), keepdims=True)
+    y = cx.call("math.mul", x, cx.call("math.reciprocal", cx.call("math.sqrt", cx.call("math.add", ms, cx.k(eps, ms)))))
+    return [cx.call("math.mul", _back(cx, y, d), cx.v(1))]
+
+
+@handles("GroupNormalization")
+def _group_norm(cx: Cx):
+    x0 = cx.v(0)
+    x, d = _stash(cx, x0)
+    g = cx.attr("num_groups")
+    eps = float(cx.attr("epsilon", 1e-5))
+    c = x.shape[1]
+    scale, bias = cx.v(1), cx.v(2)
+    if cx.opset < 21 and scale.shape == (g,) and g != c:  # opset 18: one scale per group
+        scale = cx.call("shape.reshape", cx.call("shape.broadcast_to", cx.call("shape.reshape", scale, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
+        bias = cx.call("shape.reshape", cx.call("shape.broadcast_to", cx.call("shape.reshape", bias, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
+    y = _back(cx, cx.call("nn.group_norm", x, num_groups=g, eps=eps), d)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    return [cx.call("math.add", cx.call("math.mul", y, cx.call("shape.reshape", scale, shape=bshape)), cx.call("shape.reshape", bias, shape=bshape))]
+
+
+@handles("BatchNormalization")
+def _batch_norm(cx: Cx):
+    if cx.attr("training_mode", 0) or len([o for o in cx.node.output if o]) > 1:
+        raise cx.fail("training mode")
+    x = cx.v(0)
+    eps = float(cx.attr("epsilon", 1e-5))
+    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    scale, b, mean, var = (cx.call("shape.reshape", cx.v(i), shape=bshape) for i in range(1, 5))
+    y = cx.call("math.div", cx.call("math.sub", x, mean), cx.call("math.sqrt", cx.call("math.add", var, cx.k(eps, var))))
+    return [cx.call("math.add", cx.call("math.mul", y, scale), b)]
+
+
+@handles("InstanceNormalization")
+def _instance_norm(cx: Cx):
+    x = cx.v(0)
+    eps = float(cx.attr("epsilon", 1e-5))
+    axes = list(range(2, x.ndim))
+    mean = cx.call("reduce.mean", x, axes=axes, keepdims=True)
+    cen = cx.call("math.sub", x, mean)
+    var = cx.call("reduce.mean", cx.call("math.mul", cen, cen), axes=axes, keepdims=True)
+    y = cx.call("math.div", cen, cx.call("math.sqrt", cx.call("math.add", var, cx.k(eps, var))))
+    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    return [cx.call("math.add", cx.call("math.mul", y, cx.call("shape.reshape", cx.v(1), shape=bshape)), cx.call("shape.reshape", cx.v(2), shape=bshape))]
+
+
+@handles("LpNormalization")
+def _lp_norm(cx: Cx):
+    x = cx.v(0)
+    axis = _norm_axis(cx.attr("axis", -1), x.ndim)
+    p = cx.attr("p", 2)
+    if p == 1:
+        norm = cx.call("reduce.sum", cx.call("math.abs", x), axes=[axis], keepdims=True)
+    elif p == 2:
+        norm = cx.call("math.sqrt", cx.call("reduce.sum", cx.call("math.mul", x, x), axes=[axis], keepdims=True))
+    else:
+        raise cx.fail(f"p={p}")
+    zero = cx.k(0, x)
+    return [cx.call("math.where", cx.call("math.equal", norm, zero), zero, cx.call("math.div", x, norm))]
+
+
+@handles("MeanVarianceNormalization")
+def _mvn(cx: Cx):
+    x = cx.v(0)
+    axes = [_norm_axis(a, x.ndim) for a in cx.attr("axes", [0, 2, 3])]
+    mean = cx.call("reduce.mean", x, axes=axes, keepdims=True)
+    ex2 = cx.call("reduce.mean", cx.call("math.mul", x, x), axes=axes, keepdims=True)
+    std = cx.call("math.sqrt", cx.call("math.sub", ex2, cx.call("math.mul", mean, mean)))
+    return [cx.call("math.div", cx.call("math.sub", x, mean), cx.call("math.add", std, cx.k(1e-9, std)))]
+
+
+# ---- convolution and pooling ----------------------------------------------------------------
+def _spatial_pads(cx: Cx, in_sp, kernel, strides, dilations) -> list[int]:
+    """ONNX pads [begin..., end...] for the node's auto_pad / pads."""
+    nd = len(in_sp)
+    auto = cx.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for i in range(nd):
+            out = -(-in_sp[i] // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_sp[i], 0)
+            small = total // 2
+            begins.append(small if auto == "SAME_UPPER" else total - small)
+            ends.append(total - begins[-1])
+        return begins + ends
+    if auto == "VALID":
+        return [0] * (2 * nd)
+    return list(cx.attr("pads", [0] * (2 * nd)))
+
+
+def _pad_spatial(cx: Cx, x: Value, pads: list[int], value: float) -> Value:
+    nd = len(pads) // 2
+    full = [0, 0, 0, 0]
+    for i in range(nd):
+        full += [pads[i], pads[nd + i]]
+    return cx.call("shape.pad", x, pads=full, value=value)
+
+
+@handles("Conv")
+def _conv(cx: Cx):
+    x, w = cx.v(0), cx.v(1)
+    nd = x.ndim - 2
+    if nd not in (1, 2):
+        raise cx.fail(f"{nd}-D convolution")
+    kernel = list(w.shape[2:])
+    strides = list(cx.attr("strides", [1] * nd))
+    dil = list(cx.attr("dilations", [1] * nd))
+    pads = _spatial_pads(cx, x.shape[2:], kernel, strides, dil)
+    if pads[:nd] != pads[nd:]:
+        x = _pad_spatial(cx, x, pads, 0.0)
+        pads = [0] * (2 * nd)
+    op = "nn.conv1d" if nd == 1 else "nn.conv2d"
+    args = [x, w] + ([cx.v(2)] if cx.has(2) else [])
+    return [cx.call(op, *args, stride=strides, padding=pads[:nd], dilation=dil, groups=cx.attr("group", 1))]
+
+
+def _pool_setup(cx: Cx, x: Value):
+    nd = x.ndim - 2
+    if nd not in (1, 2):
+        raise cx.fail(f"{nd}-D pooling")
+    kernel = list(cx.attr("kernel_shape"))
+    strides = list(cx.attr("strides", [1] * nd))
+    dil = list(cx.attr("dilations", [1] * nd))
+    if any(d != 1 for d in dil):
+        raise cx.fail("dilated pooling")
+    pads = _spatial_pads(cx, x.shape[2:], kernel, strides, dil)
+    if cx.attr("ceil_mode", 0):
+        for i in range(nd):
+            span = x.shape[2 + i] + pads[i] + pads[nd + i] - kernel[i]
+            if span % strides[i]:
+                raise cx.fail("ceil_mode changing the output size")
+    return nd, kernel, strides, pads
+
+
+def _as_2d(cx: Cx, x: Value, nd: int, kernel, strides, pads):
+    if nd == 2:
+        return x, kernel, strides, pads
+    n, c, length = x.shape
+    return (cx.call("shape.reshape", x, shape=(n, c, 1, length)), [1] + kernel, [1] + strides, [0, pads[0], 0, pads[1]])
+
+
+def _from_2d(cx: Cx, y: Value, nd: int) -> Value:
+    if nd == 2:
+        return y
+    n, c, _, length = y.shape
+    return cx.call("shape.reshape", y, shape=(n, c, length))
+
+
+@handles("MaxPool")
+def _max_pool(cx: Cx):
+    x = cx.v(0)
+    if len([o for o in cx.node.output if o]) > 1:
+        raise cx.fail("the Indices output")
+    nd, kernel, strides, pads = _pool_setup(cx, x)
+    x2, k2, s2, p2 = _as_2d(cx, x, nd, kernel, strides, pads)
+    if p2[:2] != p2[2:] or any(p * 2 > k for p, k in zip(p2[:2], k2, strict=True)):
+        x2 = _pad_spatial(cx, x2, p2, -math.inf)
+        p2 = [0, 0, 0, 0]
+    y = cx.call("nn.max_pool2d", x2, kernel=k2, stride=s2, padding=p2[:2])
+    return [_from_2d(cx, y, nd)]
+
+
+@handles("AveragePool")
+def _avg_pool(cx: Cx):
+    x = cx.v(0)
+    nd, kernel, strides, pads = _pool_setup(cx, x)
+    x2, k2, s2, p2 = _as_2d(cx, x, nd, kernel, strides, pads)
+    include = cx.attr("count_include_pad", 0)
+    if any(p2):
+        padded = _pad_spatial(cx, x2, p2, 0.0)
+        total = cx.call("nn.avg_pool2d", padded, kernel=k2, stride=s2)
+        if not include:
+            ones = _pad_spatial(cx, cx.const(np.ones(x2.shape, x.dtype.numpy)), p2, 0.0)
+            total = cx.call("math.div", total, cx.call("nn.avg_pool2d", ones, kernel=k2, stride=s2))
+    else:
+        total = cx.call("nn.avg_pool2d", x2, kernel=k2, stride=s2)
+    return [_from_2d(cx, total, nd)]
+
+
+@handles("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(cx: Cx):
+    x = cx.v(0)
+    op = "reduce.mean" if cx.op == "GlobalAveragePool" else "reduce.max"
+    return [cx.call(op, x, axes=list(range(2, x.ndim)), keepdims=True)]
+
+
+# ---- losses ---------------------------------------------------------------------------------
+def _nll(cx: Cx, logp: Value, labels: Value, weights: Value | None) -> Value:
+    """The NegativeLogLikelihoodLoss of log-probabilities logp [N, C, d...] and labels [N, d...]."""
+    c = logp.shape[1]
+    ignore = cx.attr("ignore_index")
+    lab = cx.call("math.cast", labels, dtype=DType.int64) if labels.dtype is not DType.int64 else labels
+    mask = None
+    if ignore is not None:
+        mask = cx.call("math.not_equal", lab, cx.const(np.int64(ignore)))
+        lab = cx.call("math.where", mask, lab, cx.const(np.int64(0)))
+    shape = [1] * logp.ndim
+    shape[1] = c
+    hit = cx.call("math.equal", cx.call("shape.expand_dims", lab, axes=[1]), cx.const(np.arange(c, dtype=np.int64).reshape(shape)))
+    zero = cx.k(0, logp)
+    picked = cx.call("reduce.sum", cx.call("math.where", hit, logp, zero), axes=[1])
+    loss = cx.call("math.neg", picked)
+    w = None
+    if weights is not None:
+        w = cx.call("shape.gather", weights, lab, axis=0)
+    if mask is not None:
+        m = cx.call("math.cast", mask, dtype=logp.dtype)
+        w = m if w is None else cx.call("math.mul", w, m)
+    if w is not None:
+        loss = cx.call("math.mul", loss, w)
+    how = cx.attr("reduction", "mean")
+    if how == "none":
+        return loss
+    total = cx.call("reduce.sum", loss)
+    if how == "sum":
+        return total
+    if w is None:
+        return cx.call("math.div", total, cx.k(int(np.prod(loss.shape, dtype=np.int64)), total))
+    return cx.call("math.div", total, cx.call("reduce.sum", w))
+
+
+@handles("NegativeLogLikelihoodLoss")
+def _nll_loss(cx: Cx):
+    return [_nll(cx, cx.v(0), cx.v(1), cx.v(2) if cx.has(2) else None)]
+
+
+@handles("SoftmaxCrossEntropyLoss")
+def _sce(cx: Cx):
+    scores = cx.v(0)
+    logp = cx.call("nn.log_softmax", scores, axis=1)
+    loss = _nll(cx, logp, cx.v(1), cx.v(2) if cx.has(2) else None)
+    return [loss, logp]
+
+
+__all__ = ["HANDLERS", "ImportUnsupported", "StaticInputRequired", "coverage", "import_model"]
