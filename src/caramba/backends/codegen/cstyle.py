@@ -178,7 +178,9 @@ class Emitter:
 
     # ---- math ----------------------------------------------------------------------------
     def math(self, w: "KernelWriter", name: str, d: "DType | str", args: Sequence[str]) -> str:
-        """A call to the math function ``name`` for type ``d`` (see ``MATH_NAMES``)."""
+        """A call to the math function ``name`` for type ``d``: exp, log, expm1, log1p, sqrt, sin,
+        cos (``sin_bounded``/``cos_bounded`` for |x| < 2^20 pi/2), tanh, erf, erfc, pow, floor,
+        ceil, rint, trunc, abs, fma, and ``bias`` (1 - b**n for an integer n)."""
         raise NotImplementedError
 
     # ---- functions and modules -----------------------------------------------------------

@@ -105,6 +105,7 @@ class CudaEmitter(Emitter):
         if name == "abs":
             fn = {DType.float64: "fabs", DType.float32: "fabsf", DType.int64: "llabs", DType.int32: "abs"}[d]
             return f"{fn}({joined})"
+        name = {"sin_bounded": "sin", "cos_bounded": "cos"}.get(name, name)
         if name in _FLOAT_FNS and d.is_float:
             return f"{name}{'f' if d is DType.float32 else ''}({joined})"
         raise UnsupportedOperation(f"CUDA kernels have no {name} for {d}")

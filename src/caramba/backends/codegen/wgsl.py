@@ -22,7 +22,10 @@ _EXACT_BUILTINS = {"floor": "floor", "ceil": "ceil", "abs": "abs"}
 # generic name -> (library entry, function stem) for both f32 and f64
 _LIBRARY = {
     name: (name, name)
-    for name in ("exp", "log", "sqrt", "expm1", "log1p", "tanh", "erf", "erfc", "sin", "cos", "pow", "trunc", "bias")
+    for name in (
+        "exp", "log", "sqrt", "expm1", "log1p", "tanh", "erf", "erfc", "sin", "cos", "sin_bounded", "cos_bounded",
+        "pow", "trunc", "bias",
+    )
 } | {"rint": ("trunc", "rint")}
 
 

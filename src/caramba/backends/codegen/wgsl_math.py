@@ -463,40 +463,11 @@ def _payne_hanek() -> str:
 
 
 _define(
-    "rempio2",
-    ("frexp", "special", "prod_err"),
-    # fdlibm __ieee754_rem_pio2: Cody-Waite with 33+33+33+53 bits of pi/2 up to 2^20 * pi/2;
-    # beyond, Payne-Hanek with a 192-bit window of 2/pi in integer limbs.
-    f"""
-struct CbRem {{ n: i32, y0: f64, y1: f64 }}
-const CB_TWO_OVER_PI = array<u32, {len(_WORDS)}>({_W});
-""" + _payne_hanek() + """
-fn cb_rempio2_f64(x: f64) -> CbRem {
-    let ax = abs(x);
-    if (ax <= 7.85398163397448278999e-01lf) { return CbRem(0, x, 0.0lf); }
-    if (ax >= 1.6470993291652855e+06lf) { return cb_rempio2_large(x); }
-    let fq = floor(x * 6.36619772367581382433e-01lf + 0.5lf);
-    let n = i32(fq);
-    var r = x - fq * 1.57079632673412561417e+00lf;
-    var w = fq * 6.07710050650619224932e-11lf;
-    let j = cb_frexp_exp_f64(x);
-    var y0 = cb_opaque_f64(r - w);
-    if (j - cb_frexp_exp_f64(y0) > 16) {
-        var t = r;
-        w = fq * 6.07710050630396597660e-11lf;
-        r = cb_opaque_f64(t - w);
-        w = fq * 2.02226624879595063154e-21lf - ((t - r) - w);
-        y0 = cb_opaque_f64(r - w);
-        if (j - cb_frexp_exp_f64(y0) > 49) {
-            t = r;
-            w = fq * 2.02226624871116645580e-21lf;
-            r = cb_opaque_f64(t - w);
-            w = fq * 8.47842766036889956997e-32lf - ((t - r) - w);
-            y0 = cb_opaque_f64(r - w);
-        }
-    }
-    return CbRem(n, y0, (r - y0) - w);
-}
+    "ksincos",
+    ("special",),
+    # fdlibm __kernel_sin / __kernel_cos on [-pi/4, pi/4] (x + y, y the tail)
+    """
+struct CbRem { n: i32, y0: f64, y1: f64 }
 fn cb_ksin_f64(x: f64, y: f64) -> f64 {
     let z = x * x;
     let w = z * z;
@@ -519,42 +490,83 @@ fn cb_kcos_f64(x: f64, y: f64) -> f64 {
 )
 
 _define(
-    "sin",
-    ("rempio2",),
+    "rempio2m",
+    ("frexp", "special", "ksincos"),
+    # fdlibm __ieee754_rem_pio2, Cody-Waite with 33+33+33+53 bits of pi/2: exact for |x| < 2^20 pi/2
     """
-fn cb_sin_f64(x: f64) -> f64 {
-    if (cb_isnan_f64(x) || cb_isinf_f64(x)) { return $NAN; }
-    let r = cb_rempio2_f64(x);
-    let q = r.n & 3;
-    if (q == 0) { return cb_ksin_f64(r.y0, r.y1); }
-    if (q == 1) { return cb_kcos_f64(r.y0, r.y1); }
-    if (q == 2) { return -cb_ksin_f64(r.y0, r.y1); }
-    return -cb_kcos_f64(r.y0, r.y1);
+fn cb_rempio2m_f64(x: f64) -> CbRem {
+    let ax = abs(x);
+    if (ax <= 7.85398163397448278999e-01lf) { return CbRem(0, x, 0.0lf); }
+    let fq = floor(x * 6.36619772367581382433e-01lf + 0.5lf);
+    let n = i32(fq);
+    var r = x - fq * 1.57079632673412561417e+00lf;
+    var w = fq * 6.07710050650619224932e-11lf;
+    let j = cb_frexp_exp_f64(x);
+    var y0 = cb_opaque_f64(r - w);
+    if (j - cb_frexp_exp_f64(y0) > 16) {
+        var t = r;
+        w = fq * 6.07710050630396597660e-11lf;
+        r = cb_opaque_f64(t - w);
+        w = fq * 2.02226624879595063154e-21lf - ((t - r) - w);
+        y0 = cb_opaque_f64(r - w);
+        if (j - cb_frexp_exp_f64(y0) > 49) {
+            t = r;
+            w = fq * 2.02226624871116645580e-21lf;
+            r = cb_opaque_f64(t - w);
+            w = fq * 8.47842766036889956997e-32lf - ((t - r) - w);
+            y0 = cb_opaque_f64(r - w);
+        }
+    }
+    return CbRem(n, y0, (r - y0) - w);
 }
 """,
-    """
-fn cb_sin_f32(x: f32) -> f32 { return sin(x); }
-""",
+    "",
 )
 
 _define(
-    "cos",
-    ("rempio2",),
-    """
-fn cb_cos_f64(x: f64) -> f64 {
-    if (cb_isnan_f64(x) || cb_isinf_f64(x)) { return $NAN; }
-    let r = cb_rempio2_f64(x);
-    let q = r.n & 3;
-    if (q == 0) { return cb_kcos_f64(r.y0, r.y1); }
-    if (q == 1) { return -cb_ksin_f64(r.y0, r.y1); }
-    if (q == 2) { return -cb_kcos_f64(r.y0, r.y1); }
-    return cb_ksin_f64(r.y0, r.y1);
+    "rempio2",
+    ("rempio2m", "prod_err"),
+    # beyond 2^20 pi/2: Payne-Hanek with a 192-bit window of 2/pi in integer limbs
+    f"""
+const CB_TWO_OVER_PI = array<u32, {len(_WORDS)}>({_W});
+""" + _payne_hanek() + """
+fn cb_rempio2_f64(x: f64) -> CbRem {
+    if (abs(x) >= 1.6470993291652855e+06lf) { return cb_rempio2_large(x); }
+    return cb_rempio2m_f64(x);
 }
 """,
-    """
-fn cb_cos_f32(x: f32) -> f32 { return cos(x); }
-""",
+    "",
 )
+
+
+def _sincos(name: str, reduce: str, bounded: bool) -> None:
+    cases = {"sin": ("cb_ksin_f64", "cb_kcos_f64", "-cb_ksin_f64", "-cb_kcos_f64"),
+             "cos": ("cb_kcos_f64", "-cb_ksin_f64", "-cb_kcos_f64", "cb_ksin_f64")}[name]
+    fname = f"cb_{name}{'_bounded' if bounded else ''}"
+    f64 = f"""
+fn {fname}_f64(x: f64) -> f64 {{
+    if (cb_isnan_f64(x) || cb_isinf_f64(x)) {{ return $NAN; }}
+    let r = cb_{reduce}_f64(x);
+    let q = r.n & 3;
+    if (q == 0) {{ return {cases[0]}(r.y0, r.y1); }}
+    if (q == 1) {{ return {cases[1]}(r.y0, r.y1); }}
+    if (q == 2) {{ return {cases[2]}(r.y0, r.y1); }}
+    return {cases[3]}(r.y0, r.y1);
+}}
+"""
+    f32 = f"""
+fn {fname}_f32(x: f32) -> f32 {{ return {name}(x); }}
+"""
+    _define(f"{name}{'_bounded' if bounded else ''}", (reduce,), f64, f32)
+
+
+# sin/cos for any argument; the _bounded forms only for |x| < 2^20 pi/2 (arguments a kernel
+# bounds itself, e.g. Box-Muller's 2 pi u): the large-argument path costs some drivers seconds
+# of compile time whenever it is inlined
+for _n in ("sin", "cos"):
+    _sincos(_n, "rempio2", False)
+    _sincos(_n, "rempio2m", True)
+
 
 # ---- pow -------------------------------------------------------------------------------
 

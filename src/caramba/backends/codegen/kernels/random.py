@@ -94,7 +94,7 @@ def _normal(node: Node, ins: tuple[ValueType, ...], e):
     u1 = w.let(d, f"({e.lit(1, d)} - {uniform01(w, d, base, 'gid', 0)})", "u1")
     u2 = uniform01(w, d, base, "gid", 1)
     r = w.let(d, w.fn("sqrt", d, f"({e.lit(-2.0, d)} * {w.fn('log', d, u1)})"), "r")
-    z = w.let(d, f"({r} * {w.fn('cos', d, f'({e.lit(2 * math.pi, d)} * {u2})')})", "z")
+    z = w.let(d, f"({r} * {w.fn('cos_bounded', d, f'({e.lit(2 * math.pi, d)} * {u2})')})", "z")
     w.store(out, "gid", f"({e.lit(a['mean'], d)} + {e.lit(a['std'], d)} * {z})", d)
     return single(map_finish(w), len(ins))
 
