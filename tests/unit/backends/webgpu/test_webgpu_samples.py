@@ -89,6 +89,7 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
 RANDOM = ("random.", "bernoulli", "dropout")  # per-backend streams: checked by the compliance suite
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", [p for p in _cases() if not any(r in p.values[0] for r in RANDOM)])
 def test_sample_matches_cpu(gpu, cpu, label):
     _, g, host = TABLE[label]
@@ -100,9 +101,12 @@ def test_sample_matches_cpu(gpu, cpu, label):
         _compare(outs[k].download(), want, rtol, f"{label} output {k}")
 
 
-@pytest.mark.parametrize("label", [p for p in _cases() if "f64" in p.values[0] and not any(r in p.values[0] for r in RANDOM)])
+BAIT64 = [s[0] for s in S.fusion_bait(DType.float64)]  # the op-by-op cases are the compliance suite's
+
+
+@pytest.mark.parametrize("label", BAIT64)
 def test_sample_under_the_float32_contract(gpu32, cpu, label):
-    """float64 samples opted in to float32 run at float32 accuracy (values stored as f32)."""
+    """float64 fused forms opted in to float32 run at float32 accuracy."""
     import caramba
 
     _, g, host = TABLE[label]
