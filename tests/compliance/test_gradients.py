@@ -2,8 +2,10 @@
 
 For a case, the graph computes the op's outputs ``y_k`` and ``L = sum_k <y_k, c_k>`` for fixed
 random cotangents ``c_k``; autodiff adds ``dL/dx_i`` for every float input. Each gradient is
-compared with a fourth-order central difference of ``L`` along the coordinate axes (small
-inputs) or along random directions (larger ones), all evaluated on the backend under test:
+compared with the central difference ``(L(x + h v) - L(x - h v)) / 2h`` (``h = 1e-5`` relative
+to the input's scale: truncation and rounding errors both stay near 1e-10) along the coordinate
+axes (small inputs) or along random directions (larger ones), all evaluated on the backend
+under test:
 
     |fd - grad . v| <= 1e-6 * max |grad . v|   (over the directions of one input)
 """
@@ -20,7 +22,7 @@ from .grad_specs import CASES, GradCase, by_op
 from .harness import node_problems, seed_of
 
 RTOL = 1e-6
-MAX_BASIS = 24  # inputs up to this size are checked element by element
+MAX_BASIS = 12  # inputs up to this size are checked element by element
 DIRECTIONS = 6  # random directions for larger inputs
 
 
@@ -86,13 +88,12 @@ def check_gradients(runner, case: GradCase) -> None:
         fd, an = [], []
         for v in dirs:
             v = v / np.max(np.abs(v))
-            h = 1e-4 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+            h = 1e-5 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
 
             def at(t, v=v, name=name, x=x):
                 return L({**vals, name: x + t * v})
 
-            # fourth-order central difference
-            fd.append((8 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12 * h))
+            fd.append((at(h) - at(-h)) / (2 * h))
             an.append(float(np.sum(grad * v)))
         fd_a, an_a = np.array(fd), np.array(an)
         scale = max(float(np.max(np.abs(an_a), initial=0.0)), float(np.max(np.abs(fd_a), initial=0.0)), 1e-9)
