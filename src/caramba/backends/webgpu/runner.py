@@ -107,6 +107,9 @@ class WebGPUExecutable(Executable):
         self.consts = {ref: runner._upload_array(np.asarray(v), self.plan.types[ref].dtype) for ref, v in self.plan.constants.items()}
         # each kernel's sizes and strides (its params buffer), uploaded once
         self.params = {k.values: runner._params_buffer(k.values) for k in self.plan.kernels if k.values}
+        # the last bind group of each launch, reused while it binds the same buffers (the pool
+        # hands intermediates the same buffers run after run); it keeps those buffers alive
+        self.groups: dict[int, tuple[tuple, Any, tuple]] = {}
         self.node_consts = [
             [runner._upload_array(c, self._const_dtype(c)) for c in st.program.consts] for st in self.plan.steps
         ]
@@ -187,10 +190,15 @@ class WebGPUExecutable(Executable):
         if k.groups == 0:
             return
         pipe, bgl = self.pipelines[k.source]
-        entries = [{"binding": b, "resource": {"buffer": resolve(s)}} for b, s in enumerate(launch.args)]
-        if k.values:
-            entries.append({"binding": len(entries), "resource": {"buffer": self.params[k.values]}})
-        group = dev.create_bind_group(layout=bgl, entries=entries)
+        buffers = tuple(resolve(s) for s in launch.args) + ((self.params[k.values],) if k.values else ())
+        key = tuple(id(b) for b in buffers)
+        cached = self.groups.get(id(launch))
+        if cached is not None and cached[0] == key:
+            group = cached[1]
+        else:
+            entries = [{"binding": b, "resource": {"buffer": buf}} for b, buf in enumerate(buffers)]
+            group = dev.create_bind_group(layout=bgl, entries=entries)
+            self.groups[id(launch)] = (key, group, buffers)
         cpass.set_pipeline(pipe)
         cpass.set_bind_group(0, group)
         cpass.dispatch_workgroups(*dispatch_size(k.groups))
