@@ -36,6 +36,8 @@ class Emitter:
     # per shape). False: they are read from the kernel's params buffer (``cb_p``), so one kernel
     # serves every shape with the same structure (fewer pipelines for drivers that compile slowly).
     specialize = True
+    # ops kept out of fused kernels (each stays a kernel of its own)
+    unfused: frozenset[str] = frozenset()
 
     def __init__(self, float64: bool = True) -> None:
         # float64=False: the float32 contract, float64 graph values are computed and stored as f32

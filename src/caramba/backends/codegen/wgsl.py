@@ -34,6 +34,9 @@ class WgslEmitter(Emitter):
     index_type = "i32"
     max_workgroup = 256
     specialize = False  # sizes come from a params buffer: lavapipe JIT-compiles every new shader
+    # float64 sin/cos carry the Payne-Hanek reduction; inlined several times in one fused kernel
+    # they cost drivers (lavapipe's LLVM) tens of seconds of compile time, so they run alone
+    unfused = frozenset({"math.sin", "math.cos"})
 
     def __init__(self, float64: bool = True, int64: bool = True, store64: bool | None = None) -> None:
         """``float64``: compute float64 values in f64 (else the float32 contract: f32);

@@ -222,6 +222,8 @@ def fusions(e: Emitter) -> frozenset[tuple[str, DType]]:
     have = e.dtypes
     out: set[tuple[str, DType]] = set()
     for op, ds in EXPR_DTYPES.items():
+        if op in e.unfused:
+            continue
         out.update((F_ops.elementwise_pattern(op), d) for d in ds & have)
     out.update((F_ops.elementwise_pattern(op), d) for op in BROADCASTS for d in ANY & have)
     for op in REDUCE_KINDS:
