@@ -32,10 +32,15 @@ def test_safetensors_layout_is_the_published_format(tmp_path):
         assert back[k].dtype == v.dtype
 
 
-def test_safetensors_package_reads_our_files(tmp_path):
+def test_safetensors_package_reads_our_files_and_we_read_its(tmp_path):
     st = pytest.importorskip("safetensors.numpy")
     path = safetensors.save(tmp_path / "y.safetensors", {"w": np.eye(2)}, {"step": "3"})
     np.testing.assert_array_equal(st.load_file(str(path))["w"], np.eye(2))
+    theirs = tmp_path / "z.safetensors"
+    st.save_file({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.array([1, 2])}, str(theirs), metadata={"k": "v"})
+    tensors, meta = safetensors.load(theirs)
+    assert meta == {"k": "v"} and tensors["w"].dtype == np.float32
+    np.testing.assert_array_equal(tensors["w"], np.arange(6).reshape(2, 3))
 
 
 def _framed(header: dict) -> bytes:
@@ -89,3 +94,22 @@ def test_checkpoint_node_is_an_effect_the_compiler_keeps(tmp_path):
     tensors, meta = safetensors.load(tmp_path / "s10.safetensors")
     np.testing.assert_array_equal(tensors["w2"], np.full(3, 20.0))
     assert meta["step"] == "10"
+
+
+def test_checkpoints_keep_their_place_among_state_writes(tmp_path):
+    """A checkpoint before a write saves the old value, one after it the new one, whatever the
+    compiler does to the graph."""
+    with ir.Graph("order") as g:
+        step = g.input("step", (), "int64")
+        w = g.variable("w", (2,))
+        train_ops.save(step, w, path=str(tmp_path / "before.safetensors"), names="w")
+        g.write("w", w + 1.0)
+        train_ops.save(step, g.read("w"), path=str(tmp_path / "after.safetensors"), names="w")
+    with compute.new("cpu") as r:
+        r.state["w"] = r.upload(np.array([1.0, 2.0]))
+        exe = r.compile(g)
+        kinds = [n.op for n in exe.graph.nodes if n.op in ("train.checkpoint.save", "state.write")]
+        assert kinds == ["train.checkpoint.save", "state.write", "train.checkpoint.save"]
+        exe.run({"step": r.upload(np.array(1, dtype=np.int64))})
+    np.testing.assert_array_equal(safetensors.load(tmp_path / "before.safetensors")[0]["w"], [1.0, 2.0])
+    np.testing.assert_array_equal(safetensors.load(tmp_path / "after.safetensors")[0]["w"], [2.0, 3.0])
