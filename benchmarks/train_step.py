@@ -8,6 +8,9 @@ sample is the mean of a few back-to-back steps, and the report gives medians and
 
     python -m benchmarks.train_step                 # both variants, every peer installed
     python -m benchmarks.train_step --variant small --samples 30
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
+      XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+      python -m benchmarks.train_step                 # one thread each (robust on a loaded machine)
 
 Before timing, one step from the same start is compared across implementations (loss and
 last-layer weights, relative 1e-8), so the numbers are for the same computation.
@@ -254,6 +257,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--backend", default="cpu")
     args = ap.parse_args(argv)
+    import os
+
+    threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "XLA_FLAGS") if k in os.environ}
+    print(f"threads: {threads or 'library defaults'}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     results = []
     for v in args.variant or list(VARIANTS):
         print(f"{v}: measuring ...", flush=True)
