@@ -94,8 +94,9 @@ class Scope:
 
 
 class Ctx:
-    """What a VJP rule gets besides the node: its inputs and outputs as values, which inputs
-    need a cotangent, and a few builders (``zeros``, ``scalar``, ``call``)."""
+    """What a VJP rule gets besides the cotangents: the node, its inputs ``x`` and outputs ``y``
+    as values of the rule's scope, which inputs ``needs`` a cotangent, and ``call`` to apply an
+    op by ID (helpers for the common shapes of rules are in ``rules/_util.py``)."""
 
     __slots__ = ("needs", "node", "scope", "x", "y")
 
@@ -112,15 +113,6 @@ class Ctx:
 
     def call(self, op: str, inputs: Sequence[Any] = (), attrs: Any = None) -> Any:
         return self.scope.call(op, inputs, attrs)
-
-    def scalar(self, value: float, like: Value) -> Value:
-        """A scalar constant of ``like``'s dtype."""
-        return self.scope.constant(np.asarray(value, dtype=like.dtype.numpy))
-
-    def zeros(self, like: Value, shape: tuple[int, ...] | None = None) -> Value:
-        shape = like.shape if shape is None else tuple(shape)
-        z = self.scalar(0.0, like)
-        return z if shape == () else self.call("shape.broadcast_to", (z,), {"shape": shape})
 
 
 def _zeros(scope: Scope, t) -> Value:
