@@ -290,6 +290,9 @@ class Cx:
         if handler is None:
             raise self.fail("caramba has no importer for this op", kind="op")
         ins = [n for n in node.input if n]
+        if self.op == "CastLike" and self.is_known(0):  # only the dtype of the second input matters
+            self.imp.known[node.output[0]] = self.imp.known[node.input[0]].astype(self.t(1).dtype.numpy)
+            return
         if self.op in FOLDABLE and all(n in self.imp.known for n in ins) and (ins or self.op in ("Constant",)):
             if self._fold():
                 return
@@ -657,6 +660,9 @@ def _reduce(cx: Cx):
     simple = {"ReduceSum": "reduce.sum", "ReduceMean": "reduce.mean", "ReduceMax": "reduce.max",
               "ReduceMin": "reduce.min", "ReduceProd": "reduce.prod", "ReduceLogSumExp": "reduce.logsumexp"}
     if cx.op in simple:
+        if x.dtype is DType.bool and cx.op in ("ReduceMax", "ReduceMin"):  # any / all
+            u8 = cx.call("math.cast", x, dtype=DType.uint8)
+            return [cx.call("math.cast", cx.call(simple[cx.op], u8, axes=axes, keepdims=keep), dtype=DType.bool)]
         return [cx.call(simple[cx.op], x, axes=axes, keepdims=keep)]
     if cx.op in ("ReduceL2", "ReduceLogSum") and not x.dtype.is_float:
         raise cx.fail(f"{cx.op} of {x.dtype}")
@@ -1051,7 +1057,8 @@ def _space_to_depth(cx: Cx):
     n, c, h, w = x.shape
     b = cx.attr("blocksize")
     y = cx.call("shape.reshape", x, shape=(n, c, h // b, b, w // b, b))
-    y = cx.call("shape.transpose", y, perm=[0, 3, 5, 1, 2, 4])
+    perm = [0, 3, 5, 1, 2, 4] if cx.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = cx.call("shape.transpose", y, perm=perm)
     return [cx.call("shape.reshape", y, shape=(n, c * b * b, h // b, w // b))]
 
 
@@ -1318,11 +1325,126 @@ def _avg_pool(cx: Cx):
     return [_from_2d(cx, total, nd)]
 
 
+@handles("LpPool")
+def _lp_pool(cx: Cx):
+    x = cx.v(0)
+    p = cx.attr("p", 2)
+    nd, kernel, strides, pads = _pool_setup(cx, x)
+    x2, k2, s2, p2 = _as_2d(cx, x, nd, kernel, strides, pads)
+    powered = cx.call("math.pow", cx.call("math.abs", x2), cx.k(p, x2))
+    if any(p2):
+        powered = _pad_spatial(cx, powered, p2, 0.0)
+    total = cx.call("math.mul", cx.call("nn.avg_pool2d", powered, kernel=k2, stride=s2), cx.k(k2[0] * k2[1], x2))
+    return [_from_2d(cx, cx.call("math.pow", total, cx.k(1.0 / p, x2)), nd)]
+
+
+@handles("Mod")
+def _mod(cx: Cx):
+    # Folded when both operands are known (shape arithmetic); caramba has no remainder op.
+    raise cx.fail("remainder of values computed at run time (caramba has no remainder op)")
+
+
 @handles("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(cx: Cx):
     x = cx.v(0)
     op = "reduce.mean" if cx.op == "GlobalAveragePool" else "reduce.max"
     return [cx.call(op, x, axes=list(range(2, x.ndim)), keepdims=True)]
+
+
+# ---- attention ------------------------------------------------------------------------------
+def _neg_inf_where(cx: Cx, allowed: Value, like: Value) -> Value:
+    return cx.call("math.where", allowed, cx.k(0.0, like), cx.k(-np.inf, like))
+
+
+def _guarded_softmax(cx: Cx, x: Value) -> Value:
+    """Softmax over the last axis that gives 0 (not NaN) on rows that are all -inf."""
+    m = cx.call("reduce.max", x, axes=[-1], keepdims=True)
+    safe = cx.call("math.where", cx.call("math.equal", m, cx.k(-np.inf, m)), cx.k(0.0, m), m)
+    e = cx.call("math.exp", cx.call("math.sub", x, safe))
+    total = cx.call("reduce.sum", e, axes=[-1], keepdims=True)
+    total = cx.call("math.where", cx.call("math.equal", total, cx.k(0.0, total)), cx.k(1.0, total), total)
+    return cx.call("math.div", e, total)
+
+
+@handles("Attention")
+def _attention(cx: Cx):
+    """ONNX Attention (opset 23+), as its reference: scaled QK^T, softcap, causal/mask bias,
+    GQA head repetition, past key/value concatenation, fully-masked rows giving 0."""
+    q, k, v = cx.v(0), cx.v(1), cx.v(2)
+    if cx.has(6):
+        raise cx.fail("nonpad_kv_seqlen (per-batch cache lengths)")
+    if cx.attr("left_window_size", -1) >= 0 or cx.attr("right_window_size", -1) >= 0:
+        raise cx.fail("sliding windows")
+    d = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        hq, hk = cx.attr("q_num_heads"), cx.attr("kv_num_heads")
+        if hq is None or hk is None:
+            raise cx.fail("3-D inputs without q_num_heads/kv_num_heads")
+
+        def heads(x: Value, h: int) -> Value:
+            b, s, hidden = x.shape
+            return cx.call("shape.transpose", cx.call("shape.reshape", x, shape=(b, s, h, hidden // h)), perm=[0, 2, 1, 3])
+
+        q, k, v = heads(q, hq), heads(k, hk), heads(v, hk)
+    scale = cx.attr("scale")
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    root = np.asarray(math.sqrt(scale)).astype(d.numpy)  # sqrt(scale) on both Q and K, as the reference
+    past = 0
+    if cx.has(4):
+        past = cx.t(4).shape[2]
+        k = cx.call("shape.concat", cx.v(4), k, axis=2)
+    if cx.has(5):
+        v = cx.call("shape.concat", cx.v(5), v, axis=2)
+    present_k, present_v = k, v
+    sq, skv = q.shape[2], k.shape[2]
+    bias: Value | None = None
+    if cx.has(3):
+        mask = cx.v(3)
+        pad = skv - mask.shape[-1]
+        if pad > 0:
+            pads = [0] * (2 * mask.ndim)
+            pads[-1] = pad
+            mask = cx.call("shape.pad", mask, pads=pads, value=0.0 if mask.dtype is DType.bool else -math.inf)
+        bias = _neg_inf_where(cx, mask, q) if mask.dtype is DType.bool else mask
+    if cx.attr("is_causal", 0):
+        i = np.arange(sq).reshape(sq, 1)
+        j = np.arange(skv).reshape(1, skv)
+        causal = cx.const(np.where(j <= i + past, 0.0, -np.inf).astype(d.numpy))
+        bias = causal if bias is None else cx.call("math.add", bias, causal)
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk and hq % hk == 0:
+        reps = hq // hk
+
+        def repeat(x: Value) -> Value:
+            b, h, s, e = x.shape
+            x = cx.call("shape.broadcast_to", cx.call("shape.expand_dims", x, axes=[2]), shape=(b, h, reps, s, e))
+            return cx.call("shape.reshape", x, shape=(b, h * reps, s, e))
+
+        k, v = repeat(k), repeat(v)
+    rk = cx.const(root)
+    qk = cx.call("linalg.matmul", cx.call("math.mul", q, rk), cx.call("shape.transpose", cx.call("math.mul", k, rk), perm=[0, 1, 3, 2]))
+    softcap = float(cx.attr("softcap", 0.0))
+    if softcap > 0:
+        qk = cx.call("math.mul", cx.call("math.tanh", cx.call("math.div", qk, cx.k(softcap, qk))), cx.k(softcap, qk))
+    with_bias = qk if bias is None else cx.call("math.add", qk, bias)
+    mode = cx.attr("qk_matmul_output_mode", 0)
+    scores = with_bias
+    sp = cx.attr("softmax_precision")
+    if sp is not None and caramba_dtype(sp, "softmax_precision") is not d:
+        scores = cx.call("math.cast", scores, dtype=caramba_dtype(sp, "softmax_precision"))
+    probs = _guarded_softmax(cx, scores)
+    if bias is not None:
+        dead = cx.call("math.equal", cx.call("reduce.max", bias, axes=[-1], keepdims=True), cx.k(-np.inf, bias))
+        probs = cx.call("math.where", dead, cx.k(0.0, probs), probs)
+    if probs.dtype is not d:
+        probs = cx.call("math.cast", probs, dtype=d)
+    y = cx.call("linalg.matmul", probs, v)
+    if three_d:
+        b, h, s, e = y.shape
+        y = cx.call("shape.reshape", cx.call("shape.transpose", y, perm=[0, 2, 1, 3]), shape=(b, s, h * e))
+    qk_out = {2: with_bias, 3: probs}.get(mode, qk)
+    return [y, present_k, present_v, qk_out]
 
 
 # ---- losses ---------------------------------------------------------------------------------
