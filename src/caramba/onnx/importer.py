@@ -713,6 +713,186 @@ def _gemm(cx: Cx):
     return [y]
 
 
+@handles("Einsum")
+def _einsum(cx: Cx):
+    """Any einsum without broadcasting ellipses of unequal rank: diagonals by an identity mask,
+    then one broadcast product over all indices and a sum over the contracted ones."""
+    eq = cx.attr("equation").replace(" ", "")
+    vals = [cx.v(i) for i in range(cx.n_in()) if cx.has(i)]
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(vals):
+        raise cx.fail(f"equation {eq!r} names {len(terms)} operands, got {len(vals)}")
+    spare = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    ell: list[str] | None = None
+    parsed = []
+    for term, v in zip(terms, vals, strict=True):
+        if "..." in term:
+            n = v.ndim - (len(term) - 3)
+            if ell is None:
+                ell = [next(spare) for _ in range(n)]
+            elif len(ell) != n:
+                raise cx.fail("ellipses of different ranks")
+            term = term.replace("...", "".join(ell[len(ell) - n:]))
+        parsed.append(term)
+    if not arrow:
+        counts = {c: sum(t.count(c) for t in parsed) for c in "".join(parsed)}
+        rhs = "".join(ell or []) + "".join(sorted(c for c, k in counts.items() if k == 1 and c.islower()))
+    elif "..." in rhs:
+        rhs = rhs.replace("...", "".join(ell or []))
+    order: list[str] = []
+    for t in parsed:
+        for c in t:
+            if c not in order:
+                order.append(c)
+    aligned = []
+    for term, v in zip(parsed, vals, strict=True):
+        letters = list(term)
+        while len(set(letters)) < len(letters):  # a repeated index: take the diagonal
+            c = next(c for c in letters if letters.count(c) > 1)
+            i, j = [k for k, ch in enumerate(letters) if ch == c][:2]
+            eye_shape = [1] * len(letters)
+            eye_shape[i] = eye_shape[j] = v.shape[i]
+            eye = np.eye(v.shape[i], dtype=v.dtype.numpy).reshape(eye_shape)
+            v = cx.call("reduce.sum", cx.call("math.mul", v, cx.const(eye)), axes=[j])
+            letters.pop(j)
+        perm = sorted(range(len(letters)), key=lambda k: order.index(letters[k]))
+        if perm != list(range(len(letters))):
+            v = cx.call("shape.transpose", v, perm=perm)
+        present = set(letters)
+        it = iter(v.shape)
+        full = [next(it) if c in present else 1 for c in order]
+        aligned.append(cx.call("shape.reshape", v, shape=full))
+    prod = aligned[0]
+    for v in aligned[1:]:
+        prod = cx.call("math.mul", prod, v)
+    summed = [k for k, c in enumerate(order) if c not in rhs]
+    if summed:
+        prod = cx.call("reduce.sum", prod, axes=summed)
+    kept = [c for c in order if c in rhs]
+    perm = [kept.index(c) for c in rhs]
+    if perm != list(range(len(perm))):
+        prod = cx.call("shape.transpose", prod, perm=perm)
+    return [prod]
+
+
+@handles("CumProd")
+def _cumprod(cx: Cx):
+    x = cx.v(0)
+    axis = _norm_axis(int(np.asarray(cx.static(1)).reshape(-1)[0]), x.ndim)
+    n = x.shape[axis]
+    if n > 256:
+        raise cx.fail(f"an axis of {n} elements (unrolled up to 256)")
+    exclusive, reverse = cx.attr("exclusive", 0), cx.attr("reverse", 0)
+    parts = cx.call("shape.split", x, axis=axis, sizes=[1] * n) if n > 1 else (x,)
+    parts = list(parts) if isinstance(parts, tuple) else [parts]
+    if reverse:
+        parts = parts[::-1]
+    one = cx.const(np.ones(parts[0].shape, x.dtype.numpy)) if n else None
+    outs, acc = [], None
+    for p in parts:
+        if exclusive:
+            outs.append(one if acc is None else acc)
+            acc = p if acc is None else cx.call("math.mul", acc, p)
+        else:
+            acc = p if acc is None else cx.call("math.mul", acc, p)
+            outs.append(acc)
+    if reverse:
+        outs = outs[::-1]
+    if not outs:
+        return [cx.call("shape.reshape", x, shape=x.shape)]
+    return [cx.call("shape.concat", *outs, axis=axis) if len(outs) > 1 else cx.call("shape.reshape", outs[0], shape=x.shape)]
+
+
+@handles("Compress")
+def _compress(cx: Cx):
+    x = cx.v(0)
+    cond = np.asarray(cx.static(1)).astype(bool).reshape(-1)
+    axis = cx.attr("axis")
+    if axis is None:
+        x = cx.call("shape.reshape", x, shape=(int(np.prod(x.shape, dtype=np.int64)),))
+        axis = 0
+    axis = _norm_axis(axis, x.ndim)
+    idx = np.nonzero(cond[: x.shape[axis]])[0].astype(np.int64)
+    return [cx.call("shape.gather", x, cx.const(idx), axis=axis)]
+
+
+@handles("CenterCropPad")
+def _center_crop_pad(cx: Cx):
+    x = cx.v(0)
+    target = cx.ints(1)
+    axes = [_norm_axis(a, x.ndim) for a in cx.attr("axes", list(range(x.ndim)))]
+    for a, t in zip(axes, target, strict=True):
+        d = x.shape[a]
+        if t < d:
+            start = (d - t) // 2
+            x = cx.call("shape.slice", x, starts=[start], ends=[start + t], axes=[a])
+        elif t > d:
+            pads = [0] * (2 * x.ndim)
+            pads[2 * a] = (t - d) // 2
+            pads[2 * a + 1] = t - d - (t - d) // 2
+            x = cx.call("shape.pad", x, pads=pads)
+    return [cx.call("shape.reshape", x, shape=x.shape)]
+
+
+@handles("ReverseSequence")
+def _reverse_sequence(cx: Cx):
+    x, lens = cx.v(0), cx.v(1)
+    bax, tax = cx.attr("batch_axis", 1), cx.attr("time_axis", 0)
+    t = cx.call("shape.iota", shape=x.shape, axis=tax, dtype=DType.int64)
+    lshape = [1] * x.ndim
+    lshape[bax] = x.shape[bax]
+    n = cx.call("shape.reshape", cx.call("math.cast", lens, dtype=DType.int64), shape=lshape)
+    src = cx.call("math.where", cx.call("math.less", t, n), cx.call("math.sub", cx.call("math.sub", n, cx.const(np.int64(1))), t), t)
+    flat = _flat_index_elements(cx, x.shape, src, tax)
+    return [cx.call("shape.gather", cx.call("shape.reshape", x, shape=(int(np.prod(x.shape, dtype=np.int64)),)), flat, axis=0)]
+
+
+@handles("RotaryEmbedding")
+def _rotary(cx: Cx):
+    """ONNX RotaryEmbedding (opset 23): rotate the first rotary_embedding_dim features of each
+    head by cos/sin taken from the caches at position_ids (or positions 0..S-1)."""
+    x, cos, sin = cx.v(0), cx.v(1), cx.v(2)
+    interleaved = cx.attr("interleaved", 0)
+    four_d = x.ndim == 4
+    if four_d:  # [B, H, S, D] -> [B, S, H, D]
+        x = cx.call("shape.transpose", x, perm=[0, 2, 1, 3])
+    else:
+        h = cx.attr("num_heads", 0)
+        if not h:
+            raise cx.fail("3-D input without num_heads")
+        b_, s_, hidden = x.shape
+        x = cx.call("shape.reshape", x, shape=(b_, s_, h, hidden // h))
+    b, s, h, d = x.shape
+    rd = cx.attr("rotary_embedding_dim", 0) or d
+    if cx.has(3):  # position_ids [B, S] gathered from the caches [max_pos, rd/2]
+        pos = cx.v(3)
+        cos, sin = cx.call("shape.gather", cos, pos, axis=0), cx.call("shape.gather", sin, pos, axis=0)
+    # cos, sin: [B, S, rd/2] -> [B, S, 1, rd/2]
+    cos, sin = cx.call("shape.expand_dims", cos, axes=[2]), cx.call("shape.expand_dims", sin, axes=[2])
+    rot = cx.call("shape.slice", x, starts=[0], ends=[rd], axes=[3])
+    half = rd // 2
+    if interleaved:
+        pairs = cx.call("shape.reshape", rot, shape=(b, s, h, half, 2))
+        x1 = cx.call("shape.reshape", cx.call("shape.slice", pairs, starts=[0], ends=[1], axes=[4]), shape=(b, s, h, half))
+        x2 = cx.call("shape.reshape", cx.call("shape.slice", pairs, starts=[1], ends=[2], axes=[4]), shape=(b, s, h, half))
+    else:
+        x1 = cx.call("shape.slice", rot, starts=[0], ends=[half], axes=[3])
+        x2 = cx.call("shape.slice", rot, starts=[half], ends=[rd], axes=[3])
+    r1 = cx.call("math.sub", cx.call("math.mul", x1, cos), cx.call("math.mul", x2, sin))
+    r2 = cx.call("math.add", cx.call("math.mul", x2, cos), cx.call("math.mul", x1, sin))
+    if interleaved:
+        out = cx.call("shape.reshape", cx.call("shape.concat", cx.call("shape.expand_dims", r1, axes=[4]),
+                                               cx.call("shape.expand_dims", r2, axes=[4]), axis=4), shape=(b, s, h, rd))
+    else:
+        out = cx.call("shape.concat", r1, r2, axis=3)
+    if rd < d:
+        out = cx.call("shape.concat", out, cx.call("shape.slice", x, starts=[rd], ends=[d], axes=[3]), axis=3)
+    if four_d:
+        return [cx.call("shape.transpose", out, perm=[0, 2, 1, 3])]
+    return [cx.call("shape.reshape", out, shape=(b, s, h * d))]
+
+
 # ---- shape and indexing ---------------------------------------------------------------------
 @handles("Shape")
 def _shape(cx: Cx):
@@ -1062,41 +1242,67 @@ def _space_to_depth(cx: Cx):
     return [cx.call("shape.reshape", y, shape=(n, c * b * b, h // b, w // b))]
 
 
-def _integer_scales(cx: Cx, x: Value, scales: list[float]) -> list[int]:
-    out = []
-    for s in scales:
-        if s < 1 or float(s) != int(s):
-            raise cx.fail(f"scale {s} (only integer upsampling is supported)")
-        out.append(int(s))
-    return out
+def _resize_matrix(cx: Cx, n_in: int, scale: float | None, size: int | None, attrs: dict) -> np.ndarray:
+    """The [n_in, n_out] matrix of ONNX Resize along one axis (float64): the reference Resize
+    of the identity, resizing only that axis (an axis kept at scale 1 maps to itself in every
+    coordinate mode used here)."""
+    from onnx.reference import ReferenceEvaluator
+
+    eye = np.eye(n_in, dtype=np.float64)
+    ins = ["x", "", "scales"] if size is None else ["x", "", "", "sizes"]
+    node = helper.make_node("Resize", ins, ["y"], **attrs)
+    g = helper.make_graph([node], "axis", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [n_in, n_in])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+                          initializer=[numpy_helper.from_array(np.asarray([1.0, scale], np.float32), "scales")] if size is None
+                          else [numpy_helper.from_array(np.asarray([n_in, size], np.int64), "sizes")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(cx.opset, 13))])
+    return np.asarray(ReferenceEvaluator(m).run(None, {"x": eye})[0])
 
 
 @handles("Upsample", "Resize")
 def _resize(cx: Cx):
+    """Nearest, linear and cubic resizing in any coordinate mode but tf_crop_and_resize: one
+    interpolation matrix per resized axis (computed at import), applied with a matmul (nearest:
+    a gather, so every dtype works)."""
     x = cx.v(0)
     mode = cx.attr("mode", "nearest")
-    if mode != "nearest":
-        raise cx.fail(f"mode '{mode}'")
     if cx.op == "Upsample":
-        scales = list(cx.static(1).reshape(-1)) if cx.opset >= 9 else list(cx.attr("scales"))
+        scales = [float(s) for s in (cx.static(1).reshape(-1) if cx.opset >= 9 else cx.attr("scales"))]
+        sizes = None
+        attrs = {"mode": "linear" if mode in ("linear", "bilinear") else mode,
+                 "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        axes = list(range(x.ndim))
     else:
         ctm = cx.attr("coordinate_transformation_mode", "half_pixel")
-        nearest = cx.attr("nearest_mode", "round_prefer_floor")
-        ok = (ctm == "asymmetric" and nearest == "floor") or (ctm in ("half_pixel", "pytorch_half_pixel") and nearest in ("round_prefer_floor", "round_prefer_ceil"))
-        if not ok or cx.attr("antialias", 0) or "axes" in cx.attrs:
-            raise cx.fail(f"coordinate_transformation_mode '{ctm}' with nearest_mode '{nearest}'")
+        if ctm == "tf_crop_and_resize":
+            raise cx.fail("coordinate_transformation_mode 'tf_crop_and_resize'")
+        if cx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise cx.fail("keep_aspect_ratio_policy")
+        axes = [_norm_axis(a, x.ndim) for a in cx.attr("axes", list(range(x.ndim)))]
+        attrs = {k: cx.attrs[k] for k in ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                                          "exclude_outside", "antialias") if k in cx.attrs}
         if cx.has(2) and cx.static(2).size:
-            scales = [float(s) for s in cx.static(2).reshape(-1)]
+            scales, sizes = [float(v) for v in cx.static(2).reshape(-1)], None
         elif cx.has(3):
-            sizes = cx.ints(3)
-            scales = [s / d for s, d in zip(sizes, x.shape, strict=True)]
+            scales, sizes = None, cx.ints(3)
         else:
             raise cx.fail("neither scales nor sizes")
-        if ctm == "half_pixel" and any(s != 1 and float(s) != int(s) for s in scales):
-            raise cx.fail("non-integer scales")
-    ints = _integer_scales(cx, x, scales)
-    k = next((i for i, s in enumerate(ints) if s != 1), len(ints))
-    return [cx.call("shape.upsample_nearest", x, scales=ints[k:]) if k < len(ints) else cx.call("shape.reshape", x, shape=x.shape)]
+    for i, a in enumerate(axes):
+        n_in = x.shape[a]
+        scale = None if scales is None else scales[i]
+        size = None if sizes is None else sizes[i]
+        if (scale is not None and scale == 1.0) or (size is not None and size == n_in):
+            continue
+        m = _resize_matrix(cx, n_in, scale, size, attrs)
+        if attrs.get("mode", "nearest") == "nearest":
+            x = cx.call("shape.gather", x, cx.const(np.argmax(m, axis=0).astype(np.int64)), axis=a)
+            continue
+        if not x.dtype.is_float:
+            raise cx.fail(f"{attrs['mode']} resizing of {x.dtype}")
+        perm = [d for d in range(x.ndim) if d != a] + [a]
+        y = cx.call("linalg.matmul", cx.call("shape.transpose", x, perm=perm), cx.const(m.astype(x.dtype.numpy)))
+        x = cx.call("shape.transpose", y, perm=[int(v) for v in np.argsort(perm)])
+    return [cx.call("shape.reshape", x, shape=x.shape)]
 
 
 @handles("Dropout")
@@ -1260,6 +1466,74 @@ def _conv(cx: Cx):
     op = "nn.conv1d" if nd == 1 else "nn.conv2d"
     args = [x, w] + ([cx.v(2)] if cx.has(2) else [])
     return [cx.call(op, *args, stride=strides, padding=pads[:nd], dilation=dil, groups=cx.attr("group", 1))]
+
+
+@handles("ConvTranspose")
+def _conv_transpose(cx: Cx):
+    """The adjoint of convolution, as a convolution: dilate the input by the stride, pad it by
+    (effective kernel - 1 - pads), convolve with the spatially flipped kernel whose in/out
+    channels are swapped per group."""
+    x, w = cx.v(0), cx.v(1)
+    nd = x.ndim - 2
+    if nd not in (1, 2):
+        raise cx.fail(f"{nd}-D transposed convolution")
+    c_in = x.shape[1]
+    g = cx.attr("group", 1)
+    kernel = list(w.shape[2:])
+    o = w.shape[1] * g
+    strides = list(cx.attr("strides", [1] * nd))
+    dil = list(cx.attr("dilations", [1] * nd))
+    out_pad = list(cx.attr("output_padding", [0] * nd))
+    k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
+    in_sp = x.shape[2:]
+    auto = cx.attr("auto_pad", "NOTSET")
+    out_shape = cx.attr("output_shape")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(out_shape)[-nd:] if out_shape is not None else [i * s for i, s in zip(in_sp, strides, strict=True)]
+        begins, ends = [], []
+        for i in range(nd):
+            total = strides[i] * (in_sp[i] - 1) + out_pad[i] + k_eff[i] - target[i]
+            if auto == "SAME_UPPER":
+                begins.append(total // 2)
+                ends.append(total - total // 2)
+            else:
+                begins.append(total - total // 2)
+                ends.append(total // 2)
+        pads = begins + ends
+    elif auto == "VALID":
+        pads = [0] * (2 * nd)
+    else:
+        pads = list(cx.attr("pads", [0] * (2 * nd)))
+    # 1. dilate the input by the stride (zeros between elements)
+    for i, s in enumerate(strides):
+        if s == 1:
+            continue
+        ax = 2 + i
+        shp = list(x.shape)
+        y = cx.call("shape.expand_dims", x, axes=[ax + 1])
+        widths = [0] * (2 * y.ndim)
+        widths[2 * (ax + 1) + 1] = s - 1
+        y = cx.call("shape.pad", y, pads=widths)
+        shp[ax] = shp[ax] * s
+        y = cx.call("shape.reshape", y, shape=shp)
+        x = cx.call("shape.slice", y, starts=[0], ends=[(in_sp[i] - 1) * s + 1], axes=[ax])
+    # 2. pad (or crop) each side by k_eff - 1 - pad (+ output_padding at the end)
+    lo = [k_eff[i] - 1 - pads[i] for i in range(nd)]
+    hi = [k_eff[i] - 1 - pads[nd + i] + out_pad[i] for i in range(nd)]
+    if any(v < 0 for v in lo + hi):
+        starts = [max(-v, 0) for v in lo]
+        ends = [x.shape[2 + i] - max(-hi[i], 0) for i in range(nd)]
+        x = cx.call("shape.slice", x, starts=starts, ends=ends, axes=list(range(2, 2 + nd)))
+        lo, hi = [max(v, 0) for v in lo], [max(v, 0) for v in hi]
+    if any(lo + hi):
+        x = _pad_spatial(cx, x, lo + hi, 0.0)
+    # 3. the flipped, channel-swapped kernel [O, C/g, *K]
+    wg = cx.call("shape.reshape", w, shape=(g, c_in // g, o // g, *kernel))
+    wg = cx.call("shape.transpose", wg, perm=[0, 2, 1] + list(range(3, 3 + nd)))
+    wf = cx.call("shape.flip", cx.call("shape.reshape", wg, shape=(o, c_in // g, *kernel)), axes=list(range(2, 2 + nd)))
+    op = "nn.conv1d" if nd == 1 else "nn.conv2d"
+    args = [x, wf] + ([cx.v(2)] if cx.has(2) else [])
+    return [cx.call(op, *args, stride=[1] * nd, padding=[0] * nd, dilation=dil, groups=g)]
 
 
 def _pool_setup(cx: Cx, x: Value):
