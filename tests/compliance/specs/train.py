@@ -7,6 +7,7 @@ updates follow the equations in each op's doc, evaluated per element in float64.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -241,7 +242,7 @@ def _checkpoint_check(runner, case, d):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ck-{step}.safetensors"
         attrs = dict(case.attrs_for(d), path=str(path))
-        case2 = Case(case.label, case.args, attrs, op=case.op, dtypes=case.dtypes)
+        case2 = replace(case, attrs=attrs)  # keeps the case's precision opt-in
         b = build(case2, d)
         exe = runner.compile(b.graph)
         for step in (3, 4):
