@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-NETNS_RUN = Path(os.environ.get("CARAMBA_NETNS_RUN", REPO.parent / "shared" / "tools" / "netns-run"))
+SHARED_NETNS_RUN = REPO.parent / "shared" / "tools" / "netns-run"
+# tools/netns-run is a byte-identical copy of the shared tool, so CI machines without ../shared
+# still run Ray inside a loopback-only namespace (test_vendored_netns_run_matches_shared checks it).
+VENDORED_NETNS_RUN = REPO / "tools" / "netns-run"
+NETNS_RUN = Path(
+    os.environ.get("CARAMBA_NETNS_RUN", SHARED_NETNS_RUN if SHARED_NETNS_RUN.exists() else VENDORED_NETNS_RUN)
+)
 
 
 def _why_not() -> str | None:
