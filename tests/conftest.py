@@ -1,0 +1,22 @@
+"""Session-wide test settings.
+
+Under pytest-xdist every worker is its own process on a 2-core machine: each keeps its BLAS,
+OpenMP and Numba pools to one thread, so two workers use the two cores instead of four
+spinning thread pools fighting over them. Tests never depend on thread counts.
+"""
+
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    try:  # numpy may already be loaded by a plugin: cap its pools too
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:  # pragma: no cover - threadpoolctl is a core dependency
+        pass
+
+# ONNX Runtime keeps a telemetry database under $HOME/.cache unless told not to.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
