@@ -1,0 +1,261 @@
+"""What caramba's xla and onnx backends cost on top of JAX and ONNX Runtime used directly.
+
+    python -m benchmarks.backend_overhead                  # every case
+    python -m benchmarks.backend_overhead --quick          # the small shapes only
+
+Cases: dense + exact GELU (float64 and float32) and the MLP train step (forward, softmax
+cross-entropy, backward, Adam; float64). Peers, prepared as a careful user would:
+
+* **JAX**: ``jax.jit`` of the same computation (``jax.nn.gelu(approximate=False)``;
+  ``value_and_grad`` + Adam with donated state for the train step), inputs already on the
+  device, float64 through ``jax.enable_x64``; timed call = dispatch + ``block_until_ready``.
+* **ONNX Runtime, same model**: the ONNX model caramba exported for the case, run by an
+  ``InferenceSession`` with IO binding that binds its inputs and outputs once (ORT then writes
+  every run into the same output buffers: the cheapest possible call). The ratio is caramba's
+  own per-call cost: input checks, fresh output buffers (so earlier results stay valid),
+  state bookkeeping.
+* **ONNX Runtime, idiomatic model** (dense + GELU float32 only): MatMul + Add + ``Gelu``
+  (opset 20) with its float32 ``Erf``. float64 has no such model (no float64 ``Erf`` kernel).
+
+Every number is the median of several samples, each the mean of back-to-back calls lasting a
+few milliseconds, caramba and its peer interleaved in one process (the machine is noisy: read
+the ratios). Results agree with each other to 1e-9 (float64) before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
+DENSE = ((8, 128, 256), (32, 512, 1024), (256, 1024, 4096))
+QUICK_DENSE = ((8, 128, 256), (32, 512, 1024))
+
+
+def timed(fn: Callable[[], object], samples: int, target_s: float = 0.02) -> float:
+    fn()
+    fn()
+    t = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t, 1e-7)
+    calls = max(1, int(target_s / one))
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t) / calls)
+    return statistics.median(out)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, samples: int) -> dict[str, float]:
+    """Median over rounds of each implementation's time, the implementations alternating."""
+    acc: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            acc[k].append(timed(fn, samples))
+    return {k: statistics.median(v) for k, v in acc.items()}
+
+
+# ---- dense + GELU -------------------------------------------------------------------------
+def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) -> list[tuple[str, str, float, float]]:
+    import jax
+    import jax.numpy as jnp
+    import onnxruntime as ort
+    from onnx import helper
+
+    import caramba
+    from caramba import compute, ops
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k)).astype(dtype)
+    w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype)
+    g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((m, k), dtype), ((k, n), dtype), ((n,), dtype), name="dense")
+    label = f"dense+gelu {m}x{k}x{n} {dtype}"
+    rows = []
+
+    # xla vs JAX
+    xr = compute.new("xla")
+    exe = xr.compile(g)
+    xt = {"x": xr.upload(x), "w": xr.upload(w), "b": xr.upload(b)}
+
+    def caramba_xla():
+        exe.run(xt)["out"].wait()
+
+    with jax.enable_x64(True):
+        dev = [jax.device_put(a) for a in (x, w, b)]
+        jf = jax.jit(lambda x, w, b: jax.nn.gelu(jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST) + b, approximate=False))
+
+        def direct_jax():
+            jax.block_until_ready(jf(*dev))
+
+        ref = np.asarray(jf(*dev))
+    tol = 1e-9 if dtype == "float64" else 1e-4
+    np.testing.assert_allclose(exe.run(xt)["out"].download(), ref, rtol=tol, atol=tol)
+    with jax.enable_x64(True):
+        t = interleaved({"caramba": caramba_xla, "peer": direct_jax}, rounds, samples)
+    rows.append((label, "xla / JAX jit", t["caramba"], t["peer"]))
+
+    # onnx vs ORT on the same exported model
+    orr = compute.new("onnx")
+    oexe = orr.compile(g)
+    ot = {"x": orr.upload(x), "w": orr.upload(w), "b": orr.upload(b)}
+
+    def caramba_onnx():
+        oexe.run(ot)
+
+    sess = oexe.session
+    binding = sess.io_binding()
+    for name, onnx_name in oexe.exported.inputs.items():
+        binding.bind_ortvalue_input(onnx_name, ot[name].value)
+    binding.bind_output(oexe.exported.outputs["out"], "cpu")
+
+    def direct_ort():
+        sess.run_with_iobinding(binding)
+
+    np.testing.assert_allclose(oexe.run(ot)["out"].download(), ref, rtol=tol, atol=tol)
+    t = interleaved({"caramba": caramba_onnx, "peer": direct_ort}, rounds, samples)
+    rows.append((label, "onnx / ORT same model", t["caramba"], t["peer"]))
+
+    if dtype == "float32":  # the idiomatic ORT model: Gelu(opset 20) with float32 Erf
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"]),
+                 helper.make_node("Gelu", ["y"], ["out"], approximate="none")]
+        f32 = 1
+        gr = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info(nm, f32, list(a.shape)) for nm, a in (("x", x), ("w", w), ("b", b))],
+                               [helper.make_tensor_value_info("out", f32, None)])
+        model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        s2 = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        b2 = s2.io_binding()
+        vals = {nm: ort.OrtValue.ortvalue_from_numpy(a) for nm, a in (("x", x), ("w", w), ("b", b))}
+        for nm, v in vals.items():
+            b2.bind_ortvalue_input(nm, v)
+        b2.bind_output("out", "cpu")
+
+        def idiomatic_ort():
+            s2.run_with_iobinding(b2)
+
+        t = interleaved({"caramba": caramba_onnx, "peer": idiomatic_ort}, rounds, samples)
+        rows.append((label, "onnx / ORT idiomatic (Gelu op)", t["caramba"], t["peer"]))
+    xr.close()
+    orr.close()
+    return rows
+
+
+# ---- MLP train step -----------------------------------------------------------------------
+def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, float, float]]:
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.train_step import B1, B2, EPS, LR, caramba_train_step, problem
+    from caramba import compute
+    from caramba.train import Trainer
+
+    prob = problem(variant)
+    label = f"MLP train step {variant} {prob['batch']}x{'-'.join(map(str, prob['sizes']))} float64"
+    rows = []
+    runners = {}
+    steps = {}
+    for spec in ("xla", "onnx"):
+        r = compute.new(spec)
+        step = caramba_train_step(prob["batch"], prob["sizes"])
+        names = list(step.model.parameters())
+        trainer = Trainer(step, r)
+        for name, p in zip(names, prob["params"], strict=True):
+            r.state[name] = r.upload(p)
+        exe = trainer.executable(("loss",))
+        batch = {"x": r.upload(prob["x"]), "y": r.upload(prob["y"])}
+        runners[spec] = r
+        steps[spec] = (exe, batch)
+
+    def caramba_step(spec):
+        exe, batch = steps[spec]
+
+        def run():
+            exe.run(batch)["loss"].wait()
+
+        return run
+
+    with jax.enable_x64(True):
+        def loss_fn(ps, x, y):
+            h = x
+            n_layers = len(ps) // 2
+            for i in range(n_layers):
+                h = jnp.matmul(h, ps[2 * i], precision=jax.lax.Precision.HIGHEST) + ps[2 * i + 1]
+                if i < n_layers - 1:
+                    h = jax.nn.gelu(h, approximate=False)
+            lse = jax.nn.logsumexp(h, axis=-1)
+            return jnp.mean(lse - jnp.take_along_axis(h, y[:, None], axis=1)[:, 0])
+
+        def step_fn(ps, ms, vs, t, x, y):
+            loss, gs = jax.value_and_grad(loss_fn)(ps, x, y)
+            t = t + 1
+            c1, c2 = 1 - B1**t, 1 - B2**t
+            ms = [B1 * m + (1 - B1) * g for m, g in zip(ms, gs, strict=True)]
+            vs = [B2 * v + (1 - B2) * g * g for v, g in zip(vs, gs, strict=True)]
+            ps = [p - (LR / c1) * (m / (jnp.sqrt(v) / jnp.sqrt(c2) + EPS)) for p, m, v in zip(ps, ms, vs, strict=True)]
+            return ps, ms, vs, t, loss
+
+        jstep = jax.jit(step_fn, donate_argnums=(0, 1, 2))
+        x, y = jax.device_put(prob["x"]), jax.device_put(prob["y"])
+        ps = [jax.device_put(p) for p in prob["params"]]
+        state = [ps, [jnp.zeros_like(p) for p in ps], [jnp.zeros_like(p) for p in ps], jnp.asarray(0.0)]
+
+        def direct_jax():
+            p2, m2, v2, t2, loss = jstep(*state, x, y)
+            state[:] = [p2, m2, v2, t2]
+            jax.block_until_ready(loss)
+
+        t = interleaved({"caramba": caramba_step("xla"), "peer": direct_jax}, rounds, samples)
+    rows.append((label, "xla / JAX jit (donated state)", t["caramba"], t["peer"]))
+
+    exe, batch = steps["onnx"]
+    sess = exe.session
+    binding = sess.io_binding()
+    r = runners["onnx"]
+    for name, onnx_name in exe.exported.inputs.items():
+        binding.bind_ortvalue_input(onnx_name, batch[name].value)
+    for name, onnx_name in exe.exported.state_inputs.items():
+        binding.bind_ortvalue_input(onnx_name, r.state.ensure(exe.graph.state[name]).value)
+    for onnx_name in list(exe.exported.outputs.values()) + list(exe.exported.state_outputs.values()):
+        binding.bind_output(onnx_name, "cpu")
+
+    def direct_ort():  # the same step graph; state is not fed back (ORT alone has no resident state)
+        sess.run_with_iobinding(binding)
+
+    t = interleaved({"caramba": caramba_step("onnx"), "peer": direct_ort}, rounds, samples)
+    rows.append((label, "onnx / ORT same model", t["caramba"], t["peer"]))
+    for r in runners.values():
+        r.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small shapes only")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=5)
+    args = ap.parse_args(argv)
+    rows = []
+    for m, k, n in QUICK_DENSE if args.quick else DENSE:
+        for dtype in ("float64", "float32"):
+            rows += dense_case(m, k, n, dtype, args.rounds, args.samples)
+    for variant in ("small",) if args.quick else ("small", "wide"):
+        rows += train_case(variant, args.rounds, args.samples)
+    print("| case | caramba backend / peer | caramba | peer | overhead |")
+    print("|---|---|---:|---:|---:|")
+    for label, pair, c, p in rows:
+        print(f"| {label} | {pair} | {c * 1e6:.1f} us | {p * 1e6:.1f} us | {100 * (c / p - 1):+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
