@@ -3,21 +3,24 @@
 A spec module (``specs/<family>.py``) lists ``ROWS``: one :class:`Row` per op ID, holding the
 dtypes the op accepts, its :class:`Case` s (inputs, attributes, a float64 reference that does not
 reuse any backend kernel, a tolerance) and its bad-input examples. ``run_case`` builds the
-case's graph for one dtype and one runner and checks, from the runner's capabilities alone,
-what must happen: claimed -> runs and matches the reference; not claimed -> refused at compile
-time with ``UnsupportedOperation``; claimed at lower precision -> ``PrecisionError``, then runs
-with ``precision=`` opted in on the node under test.
+case's graph for one dtype and one runner and checks, from the runner's capabilities alone
+(applied to the graph lowering receives, after the optimizing passes), what must happen:
+claimed -> runs and matches the reference; not claimed -> refused at compile time with
+``UnsupportedOperation``; claimed at lower precision (the float32 contract) -> ``PrecisionError``
+naming every such node, then runs with ``precision=`` opted in and is compared at the precision
+actually computed.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pytest
 
 from caramba import ir
 from caramba.errors import PrecisionError, UnsupportedOperation
@@ -30,7 +33,7 @@ ANY = ALL
 __all__ = [
     "ALL", "ANY", "BF16", "BOOL", "F16", "F32", "F64", "FLOATS", "I8", "I32", "I64", "INTS", "NUMERIC",
     "SIGNED", "SIGNED_INTS", "U8", "Arg", "Bad", "Built", "Case", "Expect", "Row", "Tol", "arg", "build",
-    "compare", "ints", "run_case", "tol", "uniform", "values",
+    "compare", "computed_at", "ints", "received", "run_case", "tol", "uniform", "values",
 ]
 
 SUBJECT = "under_test"  # node ID of the op under test in every generated graph
@@ -150,6 +153,9 @@ class Case:
     ``build(g, inputs, dtype, precision) -> value(s)`` replaces the default single-node graph;
     ``check(runner, case, dtype)`` replaces the whole reference comparison (random, state ops).
     ``dtypes`` (None: the row's) restricts which accepted dtypes this case runs for.
+    ``precision`` is the opt-in ``build`` puts on the node under test (and passes to a custom
+    ``build``); ``run_case`` sets it when the backend computes the case below its dtype's
+    precision, so a ``check`` that calls ``build(case, d)`` gets the opted-in graph.
     """
 
     label: str
@@ -161,6 +167,7 @@ class Case:
     build: Callable[..., Any] | None = None
     check: Callable[..., None] | None = None
     op: str = ""
+    precision: DType | None = None
 
     @property
     def id(self) -> str:
@@ -248,26 +255,32 @@ def host_inputs(case: Case, d: DType) -> dict[str, np.ndarray]:
 
 
 def build(case: Case, d: DType, precision: DType | None = None, with_values: bool = True) -> Built:
-    """The case's graph for dtype ``d``: inputs x0, x1, ..., the node under test, outputs."""
-    attrs = case.attrs_for(d)
+    """The case's graph for dtype ``d``: inputs x0, x1, ..., the node under test, outputs.
+    ``precision`` (default: the case's opt-in) is put on the node under test."""
+    precision = case.precision if precision is None else precision
     g = ir.Graph(f"{case.op}[{case.label}]:{d.value}")
     with g:
-        ins = [g.input(f"x{i}", a.shape, a.dtype or d) for i, a in enumerate(case.args)]
-        if case.build is not None:
-            result = case.build(g, ins, d, precision)
-        else:
-            result = g.call(case.op, ins, attrs, id=SUBJECT, precision=precision)
-        if isinstance(result, dict):
-            for k, v in result.items():
-                g.output(k, v)
-        elif isinstance(result, tuple):
-            for i, v in enumerate(result):
-                g.output(f"out{i}", v)
-        elif result is not None:
-            g.output("out", result)
+        for k, v in _emit(g, case, d, precision).items():
+            g.output(k, v)
+    attrs = case.attrs_for(d)
     if g.has_node(SUBJECT):  # the reference sees the canonical attributes, defaults included
         attrs = dict(g.node(SUBJECT).attrs)
     return Built(g, host_inputs(case, d) if with_values else {}, attrs)
+
+
+def _emit(g: ir.Graph, case: Case, d: DType, precision: DType | None, prefix: str = "") -> dict[str, Any]:
+    """Add the case's inputs and nodes to ``g`` (IDs prefixed); returns {output name: value}."""
+    ins = [g.input(f"{prefix}x{i}", a.shape, a.dtype or d) for i, a in enumerate(case.args)]
+    if case.build is not None:
+        assert not prefix, "custom-built cases are not batched"
+        result = case.build(g, ins, d, precision)
+    else:
+        result = g.call(case.op, ins, case.attrs_for(d), id=prefix + SUBJECT, precision=precision)
+    if isinstance(result, dict):
+        return dict(result)
+    if isinstance(result, tuple):
+        return {f"out{i}": v for i, v in enumerate(result)}
+    return {} if result is None else {"out": result}
 
 
 # ---- what the capabilities say must happen ---------------------------------------------------
@@ -294,16 +307,49 @@ def node_problems(graph: ir.Graph, caps) -> tuple[list[str], list[str]]:
     return unsupported, precision
 
 
+def opt_in_for(graph: ir.Graph, refused: Sequence[str], caps) -> DType:
+    """The precision to opt in with so that every node in ``refused`` (precision problems of
+    ``graph``) is accepted: the lowest precision the backend computes any of them at."""
+    return min((caps.precision_for(graph.node(n).op) for n in refused), key=rank_of_precision)
+
+
+def received(graph: ir.Graph, caps, backend: str = "compliance") -> ir.Graph:
+    """The graph lowering checks on a backend with ``caps``: the pipeline's stages before
+    ``lower``, as ``runner.compile`` runs them (a no-op such as an identity transpose or a cast
+    to the same dtype is gone by then, so nothing is asked of the backend for it)."""
+    from caramba.compiler.passes import PassContext
+    from caramba.compiler.pipeline import PIPELINE
+
+    ctx = PassContext(caps, backend, tuple(graph.outputs))
+    for stage in PIPELINE:
+        if stage.name == "lower":
+            return graph
+        graph = stage.fn(graph, ctx).graph
+    raise AssertionError("the pipeline has no lower stage")
+
+
 def claimed(case: Case, d: DType, caps) -> bool:
-    """Would this case run (possibly after a precision opt-in) on a backend with ``caps``?"""
+    """Would this case run (possibly after a precision opt-in) on a backend with ``caps``?
+
+    Judged on the graph as built (not after the pipeline), so a case whose node under test the
+    compiler removes as a no-op does not count as exercising the backend's kernel."""
     b = build(case, d, with_values=False)
     unsupported, precision = node_problems(b.graph, caps)
     if unsupported:
         return False
     if precision:
-        b = build(case, d, caps.precision_for(case.op), with_values=False)
+        b = build(case, d, opt_in_for(b.graph, precision, caps), with_values=False)
         return not any(node_problems(b.graph, caps))
     return True
+
+
+def computed_at(case: Case, d: DType) -> DType:
+    """The dtype whose tolerance a float result of dtype ``d`` is held to: the case's precision
+    opt-in where it is below ``d`` (the backend computed at it), else ``d`` itself."""
+    p = case.precision
+    if d.is_float and p is not None and p.is_float and rank_of_precision(p) < rank_of_precision(d):
+        return p
+    return d
 
 
 # ---- comparison -------------------------------------------------------------------------------
@@ -368,43 +414,59 @@ def compare(got: np.ndarray, expected: Any, d: DType, t: Tol, what: str, slack: 
 # ---- running ----------------------------------------------------------------------------------
 
 
-def run_case(runner, case: Case, d: DType) -> None:
-    """Check ``case`` at dtype ``d`` on ``runner`` (see the module docstring)."""
-    if case.check is not None and case.ref is None:
-        # Custom checks still obey the claim/refuse rule; they run only when claimed.
-        b = build(case, d, with_values=False)
-        if not _expect_refusal(runner, b.graph, case):
-            case.check(runner, case, d)
+def run_case(runner, case: Case, d: DType, siblings: Sequence[Case] = ()) -> None:
+    """Check ``case`` at dtype ``d`` on ``runner`` (see the module docstring).
+
+    What must happen is decided from the runner's capabilities applied to the graph lowering
+    receives: a node they do not claim -> ``UnsupportedOperation`` naming it; a node computed
+    below its required precision -> ``PrecisionError`` naming every such node, then the case
+    again with the opt-in (``case.precision``), compared at the precision actually computed.
+    Custom checks obey the same rule and get the opted-in case (the graph they build is already
+    compiled, so they hit the runner's cache).
+
+    ``siblings`` (the other cases of the row) lets a claimed case run in one graph with every
+    claimed sibling at this dtype and opt-in (:class:`Batches`): one backend compilation per
+    row and dtype instead of one per case, the case's own results compared as usual.
+    """
+    custom = case.check is not None and case.ref is None
+    if siblings and not custom and case.build is None and BATCH:
+        _run_batched(runner, case, d, siblings)
         return
-    b = build(case, d)
-    caps = runner.capabilities
-    _, precision = node_problems(b.graph, caps)
-    compute_d = d
-    if _expect_refusal(runner, b.graph, case):
+    b = build(case, d, with_values=not custom)
+    exe, refused = compile_as_claimed(runner, b.graph)
+    if exe is None:
+        if not refused:
+            return  # not claimed: refused at compile time, as it must be
+        case = replace(case, precision=opt_in_for(*refused, runner.capabilities))
+        b = build(case, d, with_values=not custom)
+        exe, _ = compile_as_claimed(runner, b.graph)
+        if exe is None:
+            # Plumbing nodes (inputs, constants, state) need the precision too (float64 on an
+            # adapter without float64 storage): refused again, as the capabilities say.
+            return
+    if custom:
+        case.check(runner, case, d)
         return
-    if precision:
-        with pytest.raises(PrecisionError) as info:
-            runner.compile(b.graph)
-        assert f"node '{precision[0]}'" in str(info.value)
-        offered = caps.precision_for(case.op)
-        b = build(case, d, offered)
-        if any(node_problems(b.graph, caps)):
-            return  # plumbing nodes need the precision too: honestly not runnable here
-        compute_d = offered if d.is_float and rank_of_precision(offered) < rank_of_precision(d) else d
-    exe = runner.compile(b.graph)
-    tensors = {k: runner.upload(v) for k, v in b.inputs.items()}
-    outs = exe.run(tensors)
+    _check_results(case, d, b, _run(runner, exe, b))
+
+
+def _run(runner, exe, b: Built) -> dict[str, np.ndarray]:
+    outs = exe.run({k: runner.upload(v) for k, v in b.inputs.items()})
     assert set(outs) == set(b.graph.outputs), f"outputs {sorted(outs)} != {sorted(b.graph.outputs)}"
-    got = {k: outs[k].download() for k in b.graph.outputs}
+    return {k: outs[k].download() for k in b.graph.outputs}
+
+
+def _check_results(case: Case, d: DType, b: Built, got: Mapping[str, np.ndarray]) -> None:
+    """Compare a run's outputs with the reference, at the precision the case was computed at."""
     names = list(b.graph.outputs)
-    expected = _as_tuple(case.ref(*b.inputs.values(), **b.attrs))
+    expected = reference(case, d, b)
     assert len(expected) == len(names), f"{case.id}: reference gave {len(expected)} outputs for {names}"
     slack: tuple = (0.0,) * len(names)
-    if compute_d is not d:
+    low_d = case.precision
+    if low_d is not None and low_d.is_float and any(_rounded(v, low_d) is not v for v in b.inputs.values()):
         # Computed at lower precision (opt-in): a backend may round the inputs to it first. Take
-        # the reference at inputs rounded to compute_d, and allow what that rounding moves it.
-        rounded = {k: (v.astype(compute_d.numpy) if v.dtype.kind == "f" else v) for k, v in b.inputs.items()}
-        low = _as_tuple(case.ref(*rounded.values(), **b.attrs))
+        # the reference at inputs rounded to that precision, and allow what that rounding moves it.
+        low = reference(case, d, b, low_d)
         with np.errstate(invalid="ignore"):  # inf - inf: no slack there (NaN -> 0 below)
             slack = tuple(np.abs(_as_f64(_value(e)) - _as_f64(_value(lo))) for e, lo in zip(expected, low))
         expected = low
@@ -413,8 +475,198 @@ def run_case(runner, case: Case, d: DType) -> None:
         arr = got[name]
         assert arr.dtype == t.dtype.numpy, f"{case.id} output {name}: dtype {arr.dtype}, graph says {t}"
         assert arr.shape == t.shape, f"{case.id} output {name}: shape {arr.shape}, graph says {t}"
-        cmp_d = t.dtype if not t.dtype.is_float or rank_of_precision(compute_d) >= rank_of_precision(t.dtype) else compute_d
-        compare(arr, want, cmp_d, case.tol, f"{case.id} output {name}", np.nan_to_num(sl, nan=0.0, posinf=0.0))
+        compare(arr, want, computed_at(case, t.dtype), case.tol, f"{case.id} output {name}", np.nan_to_num(sl, nan=0.0, posinf=0.0))
+
+
+# ---- batches: one compilation per row, dtype and opt-in ------------------------------------------
+
+# CARAMBA_COMPLIANCE_BATCH=0 compiles every case on its own (to bisect a batch-only failure).
+BATCH = os.environ.get("CARAMBA_COMPLIANCE_BATCH", "1") != "0"
+
+
+class Batches:
+    """Per runner: the capability prediction of each case (on the graph lowering receives),
+    and the outputs of each batch.
+
+    A batch is one graph holding every case of a row at one dtype and opt-in that the
+    capabilities claim, each with its own inputs, node under test and outputs (IDs prefixed
+    ``c<j>_``), compiled and run once. Compiling is what costs on backends with a real compiler
+    (XLA: ~0.1 s a graph, a few times less per case in a batch); what each case checks does not
+    change. If the batch fails to compile or run, every member is compiled and run on its own,
+    so a failure lands on the case that causes it; if they all pass alone, the batch's failure
+    is reported (a backend that cannot run independent legal nodes side by side has a bug).
+    """
+
+    def __init__(self, runner) -> None:
+        self.caps = runner.capabilities  # no reference to the runner: it keys the registry weakly
+        self.location = runner.location
+        self.predictions: dict[tuple, tuple[ir.Graph, list[str], list[str]]] = {}
+        self.outputs: dict[tuple, dict[str, Any]] = {}
+
+    def problems(self, case: Case, d: DType, p: DType | None) -> tuple[ir.Graph, list[str], list[str]]:
+        """(graph lowering receives, unsupported, precision) for ``case`` at ``d`` with opt-in ``p``."""
+        key = (case.id, d, p)
+        hit = self.predictions.get(key)
+        if hit is None:
+            seen = received(build(case, d, p, with_values=False).graph, self.caps, self.location)
+            hit = self.predictions[key] = (seen, *node_problems(seen, self.caps))
+        return hit
+
+    def opt_in(self, case: Case, d: DType) -> DType | bool | None:
+        """None: runs as built; a dtype: refused for precision only, runs with that opt-in;
+        False: not runnable (unsupported, or still refused with the opt-in)."""
+        seen, unsupported, precision = self.problems(case, d, None)
+        if unsupported:
+            return False
+        if not precision:
+            return None
+        p = opt_in_for(seen, precision, self.caps)
+        _, u2, p2 = self.problems(case, d, p)
+        return False if (u2 or p2) else p
+
+    def results(self, runner, case: Case, d: DType, p: DType | None, siblings: Sequence[Case]) -> dict[str, np.ndarray]:
+        """The outputs of ``case`` (claimed at ``d`` with opt-in ``p``), from its batch."""
+        key = (case.op, d, p)
+        if case.id not in self.outputs.get(key, {}):  # first member (or a test run again): run the batch
+            members = [
+                s for s in siblings
+                if (s.dtypes is None or d in s.dtypes) and s.build is None and s.check is None and s.ref is not None and self.opt_in(s, d) is p
+            ]
+            assert any(m.id == case.id for m in members), f"{case.id} is not in its own batch"
+            self.outputs[key] = self._run_batch(runner, members, d, p)
+        got = self.outputs[key].pop(case.id)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _run_batch(self, runner, members: Sequence[Case], d: DType, p: DType | None) -> dict[str, Any]:
+        op = members[0].op
+        g = ir.Graph(f"{op}[batch of {len(members)}]:{d.value}")
+        inputs: dict[str, np.ndarray] = {}
+        names: list[dict[str, str]] = []
+        with g:
+            for j, m in enumerate(members):
+                prefix = f"c{j}_"
+                outs = _emit(g, m, d, p, prefix)
+                for k, v in outs.items():
+                    g.output(prefix + k, v)
+                names.append({k: prefix + k for k in outs})
+                inputs.update({prefix + k: v for k, v in host_inputs(m, d).items()})
+        try:
+            exe = runner.compile(g)
+            unsupported, precision = node_problems(exe.graph, runner.capabilities)
+            assert not unsupported and not precision, f"compiled unclaimed nodes {unsupported + precision}"
+            outs = exe.run({k: runner.upload(v) for k, v in inputs.items()})
+            host = {k: t.download() for k, t in outs.items()}
+            return {m.id: {k: host[full] for k, full in n.items()} for m, n in zip(members, names)}
+        except Exception as exc:  # find the member that fails on its own
+            batch_error = exc
+        alone: dict[str, Any] = {}
+        for m in members:
+            try:
+                b = build(replace(m, precision=p), d)
+                exe, _ = compile_as_claimed(runner, b.graph)
+                assert exe is not None, f"{m.id} refused on its own although its capabilities claim it"
+                alone[m.id] = _run(runner, exe, b)
+            except Exception as exc:
+                alone[m.id] = exc
+        if not any(isinstance(v, BaseException) for v in alone.values()):
+            raise AssertionError(
+                f"{runner.location}: a graph of {len(members)} independent {op} cases at {d.value} failed "
+                f"although each runs alone ({type(batch_error).__name__}: {batch_error}); "
+                "CARAMBA_COMPLIANCE_BATCH=0 runs them one by one"
+            ) from batch_error
+        return alone
+
+
+_BATCHES: "weakref.WeakKeyDictionary[Any, Batches]" = weakref.WeakKeyDictionary()
+
+
+def _run_batched(runner, case: Case, d: DType, siblings: Sequence[Case]) -> None:
+    state = _BATCHES.get(runner)
+    if state is None:
+        state = _BATCHES[runner] = Batches(runner)
+    _, unsupported, precision = state.problems(case, d, None)
+    if unsupported or precision:
+        # refusals are checked on the case's own graph (lowering refuses before any backend work)
+        exe, refused = compile_as_claimed(runner, build(case, d, with_values=False).graph)
+        assert exe is None  # compile_as_claimed fails if the backend compiled a predicted refusal
+        if not refused:
+            return
+        p = state.opt_in(case, d)
+        if p is False:
+            opted = replace(case, precision=opt_in_for(*refused, runner.capabilities))
+            exe, _ = compile_as_claimed(runner, build(opted, d, with_values=False).graph)
+            assert exe is None
+            return  # refused again with the opt-in, as the capabilities say (plumbing)
+    else:
+        p = None
+    got = state.results(runner, case, d, p, siblings)
+    if p is not None:
+        case = replace(case, precision=p)
+    _check_results(case, d, build(case, d), got)
+
+
+def compile_as_claimed(runner, graph: ir.Graph):
+    """Compile ``graph`` and check the outcome against the runner's capabilities, judged on the
+    graph lowering receives (a no-op the pipeline removes, such as an identity transpose or a
+    cast to the same dtype, asks nothing of the backend):
+
+    - it compiled: the capabilities claim every node of the lowered graph at its precision
+      (a backend must not run what it does not claim) -> ``(executable, None)``;
+    - ``UnsupportedOperation``: some node is not claimed, and the message names the first such
+      node and the backend -> ``(None, None)``;
+    - ``PrecisionError``: nothing unclaimed but nodes computed below their required precision,
+      and the message names every one of them, the backend and the opt-in ->
+      ``(None, (received graph, refused node IDs))``.
+    """
+    caps = runner.capabilities
+    try:
+        exe = runner.compile(graph)
+    except (UnsupportedOperation, PrecisionError) as exc:
+        seen = received(graph, caps, runner.location)
+        unsupported, precision = node_problems(seen, caps)
+        msg = str(exc)
+        assert runner.location in msg, msg
+        if unsupported:
+            assert type(exc) is UnsupportedOperation, f"expected UnsupportedOperation for {unsupported}, got {type(exc).__name__}: {msg}"
+            assert f"node '{unsupported[0]}'" in msg, msg
+            return None, None
+        assert precision, f"{runner.location} refused a graph its capabilities claim entirely ({type(exc).__name__}): {msg}"
+        assert type(exc) is PrecisionError, f"expected PrecisionError for {precision}, got {type(exc).__name__}: {msg}"
+        for n in precision:
+            assert f"node '{n}'" in msg, msg
+        assert f"{len(precision)} problem(s)" in msg and "opt in with precision=" in msg, msg
+        return None, (seen, precision)
+    unsupported, precision = node_problems(exe.graph, caps)
+    assert not unsupported, f"{runner.location} compiled nodes its capabilities do not claim: {unsupported} (lowering must refuse them)"
+    assert not precision, (
+        f"{runner.location} compiled nodes below their required precision without an opt-in: {precision} "
+        "(lowering must raise PrecisionError)"
+    )
+    return exe, None
+
+
+# References are pure functions of (case, dtype, opt-in): the same case runs on every backend
+# variant in one session, so each is computed once (mpmath references dominate otherwise).
+_REFERENCES: dict[tuple, tuple] = {}
+
+
+def reference(case: Case, d: DType, b: Built, rounded_to: DType | None = None) -> tuple:
+    """``case.ref`` at the built inputs (rounded to ``rounded_to`` when given), memoized."""
+    key = (case.ref, case.id, case.args, d, rounded_to)
+    hit = _REFERENCES.get(key)
+    if hit is None:
+        ins = b.inputs if rounded_to is None else {k: _rounded(v, rounded_to) for k, v in b.inputs.items()}
+        hit = _REFERENCES[key] = _as_tuple(case.ref(*ins.values(), **b.attrs))
+    return hit
+
+
+def _rounded(v: np.ndarray, p: DType) -> np.ndarray:
+    """A float input as a backend computing at ``p`` may see it (other inputs unchanged)."""
+    if v.dtype.kind == "f" and rank_of_precision(ir.dtype(v.dtype.name)) > rank_of_precision(p):
+        return v.astype(p.numpy)
+    return v
 
 
 def _as_tuple(x: Any) -> tuple:
@@ -423,17 +675,3 @@ def _as_tuple(x: Any) -> tuple:
 
 def _value(e: Any) -> Any:
     return e.value if isinstance(e, Expect) else e
-
-
-def _expect_refusal(runner, graph: ir.Graph, case: Case) -> bool:
-    """If the capabilities do not claim some node, compiling must raise UnsupportedOperation
-    naming it (and nothing may run). Returns whether the graph was refused."""
-    unsupported, _ = node_problems(graph, runner.capabilities)
-    if not unsupported:
-        return False
-    with pytest.raises(UnsupportedOperation) as info:
-        runner.compile(graph)
-    msg = str(info.value)
-    assert f"node '{unsupported[0]}'" in msg, msg
-    assert runner.location in msg, msg
-    return True

@@ -22,7 +22,7 @@ from caramba.errors import (
     TransferError,
     UnsupportedOperation,
 )
-from caramba.ir.dtypes import DType
+from caramba.ir.dtypes import DType, rank_of_precision
 
 from .conftest import BACKEND_PARAMS
 from .harness import Case, arg, run_case, tol, uniform
@@ -31,11 +31,27 @@ from .reference import mp_unary
 F64, F32 = DType.float64, DType.float32
 
 
-def _gelu_graph(shape=(3, 4), dtype=F64, name="contract"):
+def _gelu_graph(shape=(3, 4), dtype=F64, name="contract", precision=None):
     with ir.Graph(name) as g:
         x = g.input("x", shape, dtype)
-        g.output("y", ops.gelu(x * 2.0, name="act"))
+        g.output("y", ops.gelu(ops.mul(x, 2.0, precision=precision), name="act", precision=precision))
     return g
+
+
+def _opt_in(runner, *op_ids: str) -> DType | None:
+    """The precision opt-in float64 nodes of these ops need on ``runner``: None where it
+    computes them at float64, else what it computes them at (a float32-contract backend, e.g.
+    ``webgpu:precision=float32``, refuses them without it; see test_float32_contract_*)."""
+    caps = runner.capabilities
+    if all(caps.offers(op, F64) for op in op_ids):
+        return None
+    return min((caps.precision_for(op) for op in op_ids), key=rank_of_precision)
+
+
+def _gelu_for(runner, shape=(3, 4), name="contract"):
+    """The float64 gelu graph, opted in where ``runner`` computes it below float64, so the
+    contract tests below test their own contract (transfers, inputs, close...) on every backend."""
+    return _gelu_graph(shape, F64, name, _opt_in(runner, "math.mul", "activation.gelu"))
 
 
 def _run(runner, g, **inputs):
@@ -63,7 +79,7 @@ def test_every_registered_backend_is_a_parameter_or_skipped_with_its_reason():
 
 
 def test_host_array_as_input_is_a_transfer_error(runner):
-    exe = runner.compile(_gelu_graph())
+    exe = runner.compile(_gelu_for(runner))
     with pytest.raises(TransferError, match="input 'x' is a ndarray, not a tensor") as info:
         exe.run({"x": np.ones((3, 4))})
     assert runner.location in str(info.value) and "upload" in str(info.value)
@@ -74,7 +90,7 @@ def test_tensor_of_another_runner_is_a_transfer_error(runner, backend):
     try:
         t = other.upload(np.ones((3, 4)))
         with pytest.raises(TransferError, match="input 'x' lives on"):
-            runner.compile(_gelu_graph()).run({"x": t})
+            runner.compile(_gelu_for(runner)).run({"x": t})
         with pytest.raises(TransferError):
             runner.state["contract.w"] = t
     finally:
@@ -135,13 +151,13 @@ def test_upload_with_dtype_converts(runner):
     ],
 )
 def test_wrong_inputs_are_refused_before_running(runner, feed, match):
-    exe = runner.compile(_gelu_graph())
+    exe = runner.compile(_gelu_for(runner))
     with pytest.raises(GraphError, match=match):
         exe.run({k: runner.upload(v) for k, v in feed.items()})
 
 
 def test_outputs_are_resident_tensors(runner):
-    out = _run(runner, _gelu_graph(), x=np.ones((3, 4)))
+    out = _run(runner, _gelu_for(runner), x=np.ones((3, 4)))
     assert set(out) == {"y"}
     y = out["y"]
     assert isinstance(y, Tensor) and y.location == runner.location and y.shape == (3, 4) and y.dtype is F64
@@ -170,16 +186,16 @@ def test_targets_select_outputs(runner):
 
 
 def test_compile_is_cached_by_graph_content(runner):
-    a, b = _gelu_graph(name="cache"), _gelu_graph(name="cache")
+    a, b = _gelu_for(runner, name="cache"), _gelu_for(runner, name="cache")
     assert runner.compile(a) is runner.compile(b)  # equal graphs: one executable
-    assert runner.compile(_gelu_graph(shape=(2, 2), name="cache")) is not runner.compile(a)
+    assert runner.compile(_gelu_for(runner, shape=(2, 2), name="cache")) is not runner.compile(a)
 
 
 def test_kernel_errors_name_the_node(runner):
     with ir.Graph("oob") as g:
         x = g.input("x", (4,))
         i = g.input("i", (2,), "int64")
-        g.output("y", ops.gather(x, i, name="pick"))
+        g.output("y", ops.gather(x, i, name="pick", precision=_opt_in(runner, "shape.gather")))
     exe = runner.compile(g)
     with pytest.raises(CarambaError, match="node 'pick'"):
         exe.run({"x": runner.upload(np.zeros(4)), "i": runner.upload(np.array([0, 9]))})["y"].download()
@@ -192,7 +208,7 @@ def test_state_persists_and_is_shared_between_executables(fresh_runner):
     r = fresh_runner
     with ir.Graph("step") as g:
         w = g.variable("m.w", (2,), "float64", "external")
-        g.write("m.w", w * 2.0)
+        g.write("m.w", ops.mul(w, 2.0, precision=_opt_in(r, "math.mul")))
         g.output("w", w)
     with ir.Graph("peek") as p:
         p.output("w", p.variable("m.w", (2,), "float64", "external"))
@@ -245,7 +261,7 @@ def test_missing_state_name_is_a_state_error(fresh_runner):
 
 def test_close_is_idempotent_and_final(fresh_runner):
     r = fresh_runner
-    g = _gelu_graph()
+    g = _gelu_for(r)
     exe = r.compile(g)
     t = r.upload(np.ones((3, 4)))
     out = exe.run({"x": t})["y"]
@@ -338,6 +354,64 @@ def test_state_is_refused_by_a_stateless_backend():
         compile_for(g, caps, "fake:stateless")
 
 
+# ---- the precision contract on the runner under test (DESIGN §1.3) --------------------------------------
+
+
+def _exp_half_graph(precision_half=None, precision_exp=None):
+    with ir.Graph("contract_f64") as g:
+        x = g.input("x", (64,), F64)
+        h = ops.mul(x, 0.5, name="half", precision=precision_half)
+        g.output("h", h)  # an output of its own: not fused into the exp, so lowering sees two nodes
+        g.output("y", ops.exp(h, name="e", precision=precision_exp))
+    return g
+
+
+def test_float64_nodes_without_opt_in_are_refused_and_opted_in_nodes_run(runner):
+    """On a backend that computes float64 below float64 (``webgpu:precision=float32``, an
+    adapter without shader-f64) lowering refuses every float64 node that does not opt in, with a
+    PrecisionError naming each node and the backend, before anything runs; with the opt-in the
+    nodes run and match at the precision computed. A backend computing float64 at float64 runs
+    the graph as it is, at float64 tolerance; an opt-in to float32 is legal there too."""
+    import mpmath as mp
+
+    from .harness import compare
+
+    caps = runner.capabilities
+    for op in ("math.mul", "math.exp"):
+        if F64 not in caps.dtypes(op):
+            pytest.skip(f"{runner.location} does not claim {op} at float64 (test_ops checks the refusal)")
+    x = np.random.default_rng(7).uniform(-3, 3, 64).astype(np.float32).astype(np.float64)  # exact in f32
+    with mp.workdps(40):
+        want = np.array([float(mp.exp(mp.mpf(v) / 2)) for v in x])
+    low = _opt_in(runner, "math.mul", "math.exp")
+
+    def run(g):
+        out = runner.execute(g, inputs={"x": runner.upload(x)})
+        assert all(t.dtype is F64 and t.location == runner.location for t in out.values())
+        np.testing.assert_array_equal(out["h"].download(), x / 2)  # exact at either precision
+        return out["y"].download()
+
+    if low is None:
+        compare(run(_exp_half_graph()), want, F64, tol(4, 1), "float64 graph")
+        compare(run(_exp_half_graph("float32", "float32")), want, F32, tol(4, 1), "opted in to float32")
+        return
+    # the float32 contract: no opt-in -> refused at lowering, naming both nodes
+    with pytest.raises(PrecisionError) as info:
+        runner.compile(_exp_half_graph())
+    msg = str(info.value)
+    assert "2 problem(s)" in msg and runner.location in msg, msg
+    assert f"node 'half' (math.mul): math.mul needs float64 precision; {runner.location} computes it at {low.value}" in msg, msg
+    assert f"node 'e' (math.exp): math.exp needs float64 precision; {runner.location} computes it at {low.value}" in msg, msg
+    assert f"opt in with precision={low.value}" in msg, msg
+    # one node opted in: the other is still refused, and only it
+    with pytest.raises(PrecisionError) as info:
+        runner.compile(_exp_half_graph(precision_half=low))
+    msg = str(info.value)
+    assert "1 problem(s)" in msg and "node 'e'" in msg and "node 'half'" not in msg, msg
+    # both opted in: runs, float64 values computed at the opted-in precision
+    compare(run(_exp_half_graph(low, low)), want, low, tol(4, 1), f"opted in to {low.value}")
+
+
 # ---- the harness itself: not vacuous, and ready for float32-contract variants ------------------------
 
 
@@ -360,5 +434,84 @@ def test_harness_runs_a_float32_contract_variant():
         case = Case("exp", (arg((64,), uniform(-3, 3)),), {}, mp_unary(mp.exp), tol(4, 1), op="math.exp")
         run_case(r, case, F64)
         run_case(r, case, F32)
+        # not vacuous at the opted-in precision either: a wrong result still fails
+        wrong = Case("sin-vs-cos", (arg((64,), uniform(-3, 3)),), {}, mp_unary(mp.cos), tol(4, 1), op="math.sin")
+        with pytest.raises(AssertionError, match="out of tolerance"):
+            run_case(r, wrong, F64)
+        # ... and so does a backend that runs a refused node instead of refusing it
+        lax = dataclasses.replace(r.capabilities, precision={"*": F64})
+        with pytest.raises(AssertionError, match="compiled nodes below their required precision without an opt-in"):
+            with _lowering_with(r, lax):
+                run_case(r, case, F64)
     finally:
         r.close()
+
+
+def _lowering_with(runner, caps):
+    """Context: ``runner`` compiles against ``caps`` while the harness reads its declared ones
+    (a backend whose lowering does not enforce what it declares)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        declared = runner.capabilities
+        original = type(runner).compile
+
+        def compile_(self, graph, targets=None, **kw):
+            self.capabilities = caps
+            try:
+                return original(self, graph, targets, **kw)
+            finally:
+                self.capabilities = declared
+
+        runner.compile = compile_.__get__(runner)
+        try:
+            yield
+        finally:
+            del runner.compile
+
+    return ctx()
+
+
+def test_harness_judges_what_lowering_receives():
+    """A no-op the pipeline removes (cast to the same dtype, identity transpose) asks nothing of
+    the backend, so a float32-contract runner runs it exactly without an opt-in; a real float64
+    compute node next to it is still refused."""
+    r = compute.new("cpu")
+    try:
+        r.capabilities = dataclasses.replace(r.capabilities, precision=F32_BACKEND)
+        ident = Case("same-dtype", (arg((7,), uniform(-3, 3)),), {"dtype": F64}, lambda x, **a: x, tol(0, 0), op="math.cast")
+        run_case(r, ident, F64)  # no PrecisionError expected, and exact
+        with ir.Graph("noop_then_exp") as g:
+            x = g.input("x", (7,), F64)
+            g.output("y", ops.exp(ops.transpose(ops.cast(x, dtype=F64)), name="e"))
+        with pytest.raises(PrecisionError, match="1 problem\\(s\\)") as info:
+            r.compile(g)
+        assert "node 'e'" in str(info.value)
+    finally:
+        r.close()
+
+
+def test_harness_batches_keep_failures_on_their_case():
+    """Claimed cases of a row run as one graph; a wrong result fails only its own case, and a
+    case that fails when run (an index out of range) is found by running the batch's members
+    alone, so the error names its node and the others still pass."""
+    import mpmath as mp
+
+    from caramba.errors import CarambaError
+
+    from .harness import values
+
+    sin_ok = Case("ok", (arg((64,), uniform(-3, 3)),), {}, mp_unary(mp.sin), tol(4, 1), op="math.sin")
+    sin_bad = Case("bad", (arg((7,), uniform(-3, 3)),), {}, mp_unary(mp.cos), tol(4, 1), op="math.sin")
+    take = lambda x, i, **a: x[i]
+    ok = Case("ok", (arg((4,)), arg((2,), values([0, 3]), "int64")), {}, take, tol(0, 0), op="shape.gather")
+    oob = Case("oob", (arg((4,)), arg((2,), values([0, 9]), "int64")), {}, take, tol(0, 0), op="shape.gather")
+    with compute.new("cpu") as r:
+        run_case(r, sin_ok, F64, (sin_ok, sin_bad))
+        with pytest.raises(AssertionError, match="math.sin\\[bad\\] output out .* out of tolerance"):
+            run_case(r, sin_bad, F64, (sin_ok, sin_bad))
+        with pytest.raises(CarambaError, match="node 'under_test'"):
+            run_case(r, oob, F64, (ok, oob))
+        run_case(r, ok, F64, (ok, oob))
+

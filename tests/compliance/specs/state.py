@@ -92,7 +92,8 @@ def _check_write(runner, case, d):
 
 def _counter_build(g, ins, d, precision):
     s = g.variable("s", (2,), d, "zeros")
-    g.write("s", s + np.ones((2,), dtype=d.numpy), id=SUBJECT)
+    # the add computes: it carries the case's precision opt-in (the float32 contract)
+    g.write("s", g.call("math.add", [s, g.constant(np.ones((2,), dtype=d.numpy))], precision=precision), id=SUBJECT)
     return {"before": s}
 
 
