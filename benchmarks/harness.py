@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from caramba.errors import PrecisionError, UnsupportedOperation
+
 
 class NotYet(Exception):
     """The caramba piece a workload needs does not exist yet (it is listed, never faked)."""
@@ -58,7 +60,7 @@ class Result:
     workload: str
     case: str
     impl: str
-    status: str  # ok | fail (disagrees) | error | not yet | n/a
+    status: str  # ok | fail (disagrees) | error | refused (lowering said no) | not yet | n/a
     median_s: float | None = None
     min_s: float | None = None
     samples: int = 0
@@ -209,6 +211,8 @@ def _run_one(w: Workload, case: Case, impl: str, factory: ImplFactory, inputs, r
     except (NotApplicable, ImportError, ModuleNotFoundError) as exc:
         base.status, base.note = "n/a", f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return base
+    except (UnsupportedOperation, PrecisionError) as exc:
+        return _refused(base, exc)
     except Exception as exc:  # a failure to set up is reported, not hidden
         base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         base.extra["traceback"] = traceback.format_exc(limit=4)
@@ -216,6 +220,8 @@ def _run_one(w: Workload, case: Case, impl: str, factory: ImplFactory, inputs, r
     try:
         med, mn, n, calls, result = measure(prep, timing)
         got = prep.check() if prep.check is not None else prep.fetch(result)
+    except (UnsupportedOperation, PrecisionError) as exc:
+        return _refused(base, exc)
     except Exception as exc:
         base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         base.extra["traceback"] = traceback.format_exc(limit=4)
@@ -226,6 +232,14 @@ def _run_one(w: Workload, case: Case, impl: str, factory: ImplFactory, inputs, r
     if status == "fail":
         note = (note + "; " if note else "") + f"disagrees with the float64 reference: max rel err {err:.3g} > {case.rtol:g}"
     return Result(w.name, case.label, impl, status, med, mn, n, calls, case.flops, None, err, note)
+
+
+def _refused(base: Result, exc: Exception) -> Result:
+    """The backend's lowering refused the graph (an op it does not claim, a buffer larger than
+    the device binds, ...): what its capabilities say, reported with the first reason."""
+    lines = str(exc).splitlines()
+    base.status, base.note = "refused", " ".join(line.strip() for line in lines[:2])[:240]
+    return base
 
 
 def _ratios(results: list[Result]) -> None:

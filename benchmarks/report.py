@@ -59,12 +59,37 @@ def print_table(results: list[Result]) -> None:
             t.add_column(h, no_wrap=h != "note", max_width=48 if h == "note" else None)
         last = None
         for r, row in zip(rs, _rows(rs), strict=True):
-            style = {"fail": "bold red", "error": "red", "not yet": "yellow", "n/a": "dim"}.get(row[1])
+            style = {"fail": "bold red", "error": "red", "not yet": "yellow", "refused": "yellow", "n/a": "dim"}.get(row[1])
             t.add_row(r.case if r.case != last else "", *row, style=style)
             last = r.case
         console.print(t)
     for line in limit_rows(results):
         console.print(line)
+    targets = target_rows(results)
+    if targets:
+        t = Table(title="targets", title_justify="left")
+        for h in ("case", "ratio of medians", "this run", "target", ""):
+            t.add_column(h)
+        for row in targets:
+            t.add_row(*(c.replace("**", "") for c in row))
+        console.print(t)
+
+
+def print_studies(studies: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for st in studies:
+        if st.status != "ok":
+            console.print(f"[red]study {st.name}: {st.status}[/] {st.notes[0] if st.notes else ''}")
+            continue
+        t = Table(title=st.title, title_justify="left")
+        for h in st.columns:
+            t.add_column(h)
+        for row in st.rows:
+            t.add_row(*(c.replace("**", "") for c in row))
+        console.print(t)
 
 
 def limit_rows(results: list[Result]) -> list[str]:
@@ -77,16 +102,51 @@ def limit_rows(results: list[Result]) -> list[str]:
     return [f"limit: measured GEMM peak {dt} = {v:.1f} GFLOP/s (best of all implementations)" for dt, v in sorted(best.items())]
 
 
+# The targets the issues set, read off the table: (workload, case, caramba impl, peer, limit).
+TARGETS: tuple[tuple[str, str, str, str, float], ...] = (
+    ("dense", "256x1024x4096 +gelu float64", "caramba:cpu", "jax", 1.3),
+    ("chain200", "[16] float64", "caramba:cpu", "jax", 2.0),
+    ("mlp_train_step", "[128,64]→256→256→10", "caramba:cpu", "jax", 1.5),
+    ("mlp_train_step", "[128,64]→256→256→10", "caramba:cpu", "torch", 1.0),
+    ("mlp_train_step", "[256,784]→1024→1024→10", "caramba:cpu", "jax", 1.5),
+    ("mlp_train_step", "[256,784]→1024→1024→10", "caramba:cpu", "torch", 1.0),
+)
+
+
+def target_rows(results: list[Result]) -> list[list[str]]:
+    """Each target's ratio in this run (caramba median / the peer's median), where both ran."""
+    by = {(r.workload, r.case, r.impl): r for r in results}
+    rows = []
+    for w, case, mine, peer, limit in TARGETS:
+        a, b = by.get((w, case, mine)), by.get((w, case, peer))
+        if a is None or b is None:
+            continue
+        if a.status != "ok" or b.status != "ok" or not a.median_s or not b.median_s:
+            rows.append([f"{w} {case}", f"{mine} / {peer}", "-", f"≤ {limit:g}", f"not measured ({a.status} / {b.status})"])
+            continue
+        ratio = a.median_s / b.median_s
+        rows.append([f"{w} {case}", f"{mine} / {peer}", f"{ratio:.2f}×", f"≤ {limit:g}", "met" if ratio <= limit else "**missed**"])
+    return rows
+
+
+def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return out
+
+
 def failures(results: list[Result]) -> list[Result]:
     return [r for r in results if r.status in ("fail", "error")]
 
 
-def write_json(results: list[Result], machine: dict, suite: str, path: str | Path) -> None:
-    payload = {"suite": suite, "machine": machine, "results": [r.as_dict() for r in results]}
+def write_json(results: list[Result], machine: dict, suite: str, path: str | Path, studies: list | None = None) -> None:
+    payload = {"suite": suite, "machine": machine, "results": [r.as_dict() for r in results],
+               "studies": [s.as_dict() for s in studies or []]}
     Path(path).write_text(json.dumps(payload, indent=1, default=str) + "\n")
 
 
-def write_markdown(results: list[Result], machine: dict, suite: str, path: str | Path, json_name: str | None = None) -> None:
+def write_markdown(results: list[Result], machine: dict, suite: str, path: str | Path, json_name: str | None = None,
+                   studies: list | None = None) -> None:
     lines = [
         "# Benchmarks",
         "",
@@ -98,6 +158,9 @@ def write_markdown(results: list[Result], machine: dict, suite: str, path: str |
         "caramba's (or a peer's) median over the best peer's median in the same run; these",
         "machines are noisy (±10–35% between runs), so compare ratios, not absolute times.",
         "Every output is checked against a float64 NumPy reference; `fail` means it disagreed.",
+        "Focused measurements (per-node overhead, fusion against JAX, the memory planner, the",
+        "train step at one thread, backend overhead over JAX/ONNX Runtime) are in",
+        "[compiler.md](compiler.md#measurements), [training.md](training.md) and `benchmarks/*.py`.",
         "",
         f"- suite: `{suite}`, date: {machine.get('date')}",
         f"- CPU: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('platform')}",
@@ -116,8 +179,18 @@ def write_markdown(results: list[Result], machine: dict, suite: str, path: str |
     lines += ["", f"**{len(fails)} failure(s)**" + (":" if fails else ".")]
     for r in fails:
         lines.append(f"- {r.workload} {r.case} {r.impl}: {r.status}: {r.note}")
+    targets = target_rows(results)
+    if targets:
+        lines += ["", "## Targets", "", "The ratios the project's issues set, read off the tables below (same run).", ""]
+        lines += _md_table(["case", "ratio of medians", "this run", "target", ""], targets)
+    for st in studies or []:
+        lines += ["", f"## Study: {st.title}", ""]
+        if st.status != "ok":
+            lines.append(f"{st.status}: {st.notes[0] if st.notes else ''}")
+            continue
+        lines += _md_table(st.columns, st.rows)
+        lines += ["", *st.notes]
     for (w, case), rs in grouped(results).items():
-        lines += ["", f"## {w} — {case}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        for row in _rows(rs):
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+        lines += ["", f"## {w} — {case}", ""]
+        lines += _md_table(HEADER, list(_rows(rs)))
     Path(path).write_text("\n".join(lines) + "\n")

@@ -12,13 +12,15 @@ from benchmarks.workloads.transformer import TransformerBlock
 WORKLOADS = [Gemm(), Dense(), Softmax(), LayerNorm(), Gelu(), Chain(), MlpTrain(), TransformerBlock(), CompileTime()]
 
 
-def by_name(names: list[str] | None):
+def by_name(names: list[str] | None, also_known: tuple[str, ...] = ()):
+    """The workloads named (all when ``names`` is empty); names in ``also_known`` (studies)
+    are accepted and skipped here."""
     if not names:
         return list(WORKLOADS)
     known = {w.name: w for w in WORKLOADS}
-    missing = [n for n in names if n not in known]
+    missing = [n for n in names if n not in known and n not in also_known]
     if missing:
         from caramba.errors import ConfigError, did_you_mean
 
-        raise ConfigError(f"unknown workload {missing[0]!r}; {did_you_mean(missing[0], known)}")
-    return [known[n] for n in names]
+        raise ConfigError(f"unknown workload or study {missing[0]!r}; {did_you_mean(missing[0], [*known, *also_known])}")
+    return [known[n] for n in names if n in known]

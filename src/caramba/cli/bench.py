@@ -10,7 +10,7 @@ def register(app: typer.Typer) -> None:
     def bench(
         suite: str = typer.Option("quick", "--suite", help="quick (< 3 min) or full (< 15 min)"),
         backend: list[str] = typer.Option(None, "--backend", "-b", help="caramba backend spec(s); default: every available backend"),
-        only: list[str] = typer.Option(None, "--only", help="run only these workloads"),
+        only: list[str] = typer.Option(None, "--only", help="run only these workloads or studies"),
         peer: list[str] = typer.Option(None, "--peer", help="limit peers (numpy, jax, torch, onnxruntime)"),
         json_out: str = typer.Option(None, "--json", help="write raw results as JSON"),
         markdown: str = typer.Option(None, "--markdown", help="write a generated Markdown report (docs/benchmarks.md)"),
@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
 
         from benchmarks.harness import run_workloads
         from benchmarks.machine import machine_info
-        from benchmarks.report import failures, print_table, write_json, write_markdown
+        from benchmarks.report import failures, print_studies, print_table, write_json, write_markdown
+        from benchmarks.studies import STUDY_NAMES, run_studies
         from benchmarks.workloads import by_name
         from caramba.compute import available, parse_spec
         from caramba.errors import ConfigError
@@ -35,15 +36,18 @@ def register(app: typer.Typer) -> None:
         for s in specs:
             parse_spec(s)  # unknown names/options fail before anything runs
         console = Console(stderr=True)
+        workloads = by_name(only, STUDY_NAMES)
         with console.status("benchmarking") as status:
-            results = run_workloads(by_name(only), suite, specs, peer or None, progress=lambda m: status.update(m))
+            results = run_workloads(workloads, suite, specs, peer or None, progress=lambda m: status.update(m)) if workloads else []
+            studies = run_studies(suite, specs, only, progress=lambda m: status.update(m))
         print_table(results)
+        print_studies(studies)
         info = machine_info()
         if json_out:
-            write_json(results, info, suite, json_out)
+            write_json(results, info, suite, json_out, studies)
         if markdown:
-            write_markdown(results, info, suite, markdown, Path(json_out).name if json_out else None)
-        bad = failures(results)
+            write_markdown(results, info, suite, markdown, Path(json_out).name if json_out else None, studies)
+        bad = [f"{r.workload} {r.case} {r.impl}" for r in failures(results)] + [f"study {s.name}" for s in studies if s.status == "error"]
         if bad:
-            console.print(f"[bold red]{len(bad)} failure(s)[/]: " + "; ".join(f"{r.workload} {r.case} {r.impl}" for r in bad))
+            console.print(f"[bold red]{len(bad)} failure(s)[/]: " + "; ".join(bad))
             raise typer.Exit(1)

@@ -60,3 +60,43 @@ def test_gemm_runs_on_cpu_and_agrees_with_numpy():
         res = _run_one(w, case, "caramba:cpu", lambda c, i: w.caramba(c, r, i), inputs, w.reference(case, inputs), FAST)
     assert res.status == "ok", res.note
     assert rel_err(np.ones(3), np.ones(3), 1e-12) == 0.0
+
+
+def test_a_graph_the_backend_refuses_is_reported_as_refused_not_as_an_error():
+    from caramba.errors import UnsupportedOperation
+
+    w = Tiny()
+    case = w.cases()[0]
+    inputs = w.inputs(case, np.random.default_rng(0))
+
+    def refuse(c, i):
+        raise UnsupportedOperation("graph 'g' cannot run on fake: 1 problem(s)\n  - node 'n' (math.add): not claimed")
+
+    res = _run_one(w, case, "caramba:fake", refuse, inputs, w.reference(case, inputs), FAST)
+    assert res.status == "refused" and "node 'n'" in res.note
+    assert failures([res]) == []
+
+
+def test_targets_are_read_off_the_same_run():
+    from benchmarks.harness import Result
+    from benchmarks.report import target_rows
+
+    case = "256x1024x4096 +gelu float64"
+    results = [Result("dense", case, "caramba:cpu", "ok", 0.26), Result("dense", case, "jax", "ok", 0.2),
+               Result("chain200", "[16] float64", "caramba:cpu", "ok", 1e-4), Result("chain200", "[16] float64", "jax", "error")]
+    rows = {r[0]: r for r in target_rows(results)}
+    assert rows[f"dense {case}"][2:] == ["1.30×", "≤ 1.3", "met"]
+    assert rows["chain200 [16] float64"][2] == "-" and "not measured" in rows["chain200 [16] float64"][4]
+
+
+def test_memory_plan_study_reports_both_variants(tmp_path):
+    from benchmarks.studies import run_studies
+
+    (st,) = run_studies("quick", ["cpu"], only=["memory_plan"])
+    assert st.status == "ok", st.notes
+    assert [r[0] for r in st.rows] == ["with planner", "without planner"]
+    md = tmp_path / "b.md"
+    write_markdown([], {"date": "today"}, "quick", md, studies=[st])
+    assert "## Study: Peak memory" in md.read_text()
+    (na,) = run_studies("full", ["cpu"], only=["backend_overhead"])
+    assert na.status == "n/a" and "xla" in na.notes[0]
