@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "caramba.cli.config",
     "caramba.cli.compile",
     "caramba.cli.research",
+    "caramba.cli.notary",
 )
 
 for _name in COMMAND_MODULES:

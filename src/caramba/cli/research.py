@@ -143,7 +143,8 @@ def register(app: typer.Typer) -> None:
             from caramba.orchestrator.run import run_cluster
 
             report = run_cluster(manifest, None, cluster=cluster, overrides=set_, backend=backend or None,
-                                 target=target, workers=workers, run_store=str(runs.root))
+                                 target=target, workers=workers, run_store=str(runs.root),
+                                 root=str(Path(runs.root) / "cluster"))  # the ledger beside the runs of --store
             console.print(escape(report.as_text()))
             raise typer.Exit(0 if report.ok else 1)
         bar = _Bar(console, quiet)
