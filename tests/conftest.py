@@ -20,3 +20,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # ONNX Runtime keeps a telemetry database under $HOME/.cache unless told not to.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (the default, see pyproject's addopts): one worker per logical CPU, at most 8
+    (each worker imports JAX, ONNX Runtime and wgpu; more would trade memory for little)."""
+    return max(1, min(os.cpu_count() or 1, 8))

@@ -50,7 +50,15 @@ def kernel(op_id: str, dtypes: frozenset[DType], *, out: bool = False) -> Callab
 def simple(op_id: str, dtypes: frozenset[DType], fn: Kernel) -> None:
     """Register an attribute-free kernel: ``fn`` itself is called. A NumPy ufunc also writes
     into a trailing positional output (``np.add(a, b, out)``), so it is registered out-capable."""
+    if fn in _OUT_BY_KEYWORD:  # NumPy 2 deprecates a positional out for these two
+        ufunc = fn
+        fn = lambda a, b, out=None: ufunc(a, b, out=out)
+        kernel(op_id, dtypes, out=True)(lambda node, ins: fn)
+        return
     kernel(op_id, dtypes, out=isinstance(fn, np.ufunc) and fn.nout == 1)(lambda node, ins: fn)
+
+
+_OUT_BY_KEYWORD = (np.maximum, np.minimum)
 
 
 def _load() -> None:
