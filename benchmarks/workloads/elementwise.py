@@ -15,9 +15,12 @@ class Gelu(Workload):
     SHAPES = ((512,), (4096,), (32, 1024), (64, 4096))
 
     def cases(self):
+        # Outputs below 1e-5 in magnitude (the far negative tail) are held to 1e-15 absolute, not
+        # 1e-10 relative: PyTorch's vectorized float64 erf is off by 1e-4 relative at gelu(-7.6)
+        # ~ -1e-13, an absolute error of 2e-17 that says nothing about a kernel's accuracy.
         return [
             Case(self.name, "x".join(map(str, s)) + " float64", {"shape": s}, 10.0 * math.prod(s),
-                 ("quick", "full") if s == (4096,) else ("full",), 1e-10, 1e-12)
+                 ("quick", "full") if s == (4096,) else ("full",), 1e-10, 1e-5)
             for s in self.SHAPES
         ]
 

@@ -133,6 +133,19 @@ def test_scalars_upload_as_rank_0(runner, value):
     assert t.shape == () and t.download().shape == ()
 
 
+def test_upload_and_download_never_alias_at_any_size(runner):
+    """A tensor never aliases the caller's array, either way. Many sizes: a runtime that aliases
+    suitably aligned host memory (XLA's CPU client does) would do it for some of them only."""
+    for n in range(1, 40):
+        a = np.ones(n)
+        t = runner.upload(a)
+        a[0] = 7.0
+        back = t.download()
+        assert back[0] == 1.0, f"upload of a [{n}] array aliased the host array"
+        back[-1] = 5.0
+        assert t.download()[-1] == 1.0, f"download of a [{n}] tensor aliased the tensor"
+
+
 def test_upload_with_dtype_converts(runner):
     t = runner.upload([1, 2, 3], dtype="float32")
     assert t.dtype is F32 and t.download().dtype == np.float32

@@ -260,6 +260,11 @@ class XlaRunner(Runner):
 
     def _upload(self, array: np.ndarray, dtype: DType) -> XlaTensor:
         with enable_x64():
+            # On the CPU client PJRT aliases a suitably aligned host array instead of copying it
+            # (may_alias=False does not stop it in jax 0.10): a later edit of the caller's array
+            # would change the tensor. Upload a private copy; PJRT may alias that one.
+            if self.platform == "cpu":
+                array = np.array(array, copy=True, order="C")
             return XlaTensor(jax.device_put(array, self.device), self)
 
     def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> XlaTensor:

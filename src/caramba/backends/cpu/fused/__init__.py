@@ -117,6 +117,8 @@ def epilogue(activation: str, bias: ValueType | None) -> F.Expr:
 
 
 def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.backends.cpu.blas import matmul_for
+
     from . import codegen
 
     out_t = node.types[0]
@@ -125,7 +127,7 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     epi_ins = [out_t] + ([bias] if bias is not None else [])
     k = codegen.elementwise(expr, epi_ins, out_t, what="fused.linear epilogue")
     epi = _compiled(k, epi_ins, [out_t], [(True, False)] + ([hints[2]] if bias is not None else []))
-    matmul = np.matmul
+    matmul = matmul_for(ins[0].shape, ins[1].shape, out_t.shape)
     if bias is None:
         def linear(x, w, out):
             matmul(x, w, out)
