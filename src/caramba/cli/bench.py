@@ -32,10 +32,10 @@ def register(app: typer.Typer) -> None:
         if suite not in ("quick", "full"):
             raise ConfigError(f"unknown suite {suite!r}; use quick or full")
         os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-        specs = list(backend) if backend else available()
+        console = Console(stderr=True)
+        specs = list(backend) if backend else _default_backends(available(), console)
         for s in specs:
             parse_spec(s)  # unknown names/options fail before anything runs
-        console = Console(stderr=True)
         workloads = by_name(only, STUDY_NAMES)
         with console.status("benchmarking") as status:
             results = run_workloads(workloads, suite, specs, peer or None, progress=lambda m: status.update(m)) if workloads else []
@@ -51,3 +51,19 @@ def register(app: typer.Typer) -> None:
         if bad:
             console.print(f"[bold red]{len(bad)} failure(s)[/]: " + "; ".join(bad))
             raise typer.Exit(1)
+
+
+def _default_backends(names: list[str], console) -> list[str]:
+    """Every available backend except software GPU adapters (WebGPU on lavapipe emulates a GPU
+    on the CPU: its timings say nothing about a GPU, and its large cases take minutes). Name
+    one with --backend to include it anyway."""
+    from caramba.compute import build_info
+
+    keep = []
+    for name in names:
+        if build_info(name).details.get("adapter_type") == "CPU":
+            console.print(f"[dim]{name}: software adapter ({build_info(name).details.get('adapter')}); "
+                          f"not benchmarked unless named with --backend {name}[/]")
+            continue
+        keep.append(name)
+    return keep

@@ -101,6 +101,7 @@ def describe() -> BuildInfo:
             "adapter": adapter.summary,
             "description": str(info.get("description", "")),
             "precision": "float64 (shader-f64)" if f64 else "float32 contract (no shader-f64)",
+            "adapter_type": str(info.get("adapter_type", "")),  # CPU: a software adapter (lavapipe)
         },
     )
 

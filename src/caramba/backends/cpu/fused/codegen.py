@@ -148,8 +148,25 @@ def _zero(d: DType) -> str:
     return lit(-0.0, d)
 
 
-def _pays(size: int, steps: int, first_dim: int) -> bool:
-    return size * max(steps, 1) >= PARALLEL_MIN_WORK and first_dim >= 2
+# Relative cost of a step (an add is 1): transcendental functions cost tens of adds, so a short
+# program of them pays for threads at sizes where a long chain of adds does not.
+STEP_COST = {
+    "activation.gelu": 20, "math.erf": 16, "activation.softplus": 10, "activation.silu": 8,
+    "activation.sigmoid": 8, "activation.elu": 8, "activation.selu": 8, "math.tanh": 8,
+    "math.exp": 6, "math.expm1": 6, "math.log": 6, "math.log1p": 6, "math.sin": 6, "math.cos": 6,
+    "math.pow": 10, "math.sqrt": 2, "math.rsqrt": 3, "math.div": 2,
+}
+
+
+def work(steps) -> int:
+    """Estimated work per element of a program of ``steps`` (``Step`` s or a count of adds)."""
+    if isinstance(steps, int):
+        return max(steps, 1)
+    return max(sum(STEP_COST.get(s.op, 1) for s in steps), 1)
+
+
+def _pays(size: int, steps, first_dim: int) -> bool:
+    return size * work(steps) >= PARALLEL_MIN_WORK and first_dim >= 2
 
 
 def elementwise(expr: Expr, ins: list[ValueType], out: ValueType, what: str = "fused.elementwise") -> Kernel:
@@ -160,7 +177,7 @@ def elementwise(expr: Expr, ins: list[ValueType], out: ValueType, what: str = "f
         return _reduction(expr, ins, out, types, red, what)
     shape = out.shape
     dims = [d for d, n in enumerate(shape) if n != 1]
-    parallel = bool(dims) and _pays(out.size, len(expr.steps), shape[dims[0]])
+    parallel = bool(dims) and _pays(out.size, expr.steps, shape[dims[0]])
     code = Code()
     sig = ", ".join([f"in{k}" for k in range(len(ins))] + ["out"])
     bounds = _bounds(code, dims, shape, [("out", out)])
@@ -210,7 +227,7 @@ def _reduction(expr: Expr, ins: list[ValueType], out: ValueType, types: dict[str
     bounds = _bounds(code, dims, shape, arrays)
     _hoisted(code, ins, shape)
     row_form = not reduced or not kept or max(kept) < min(reduced)  # kept dims outside, reduced inside
-    parallel = bool(kept) and _pays(src_t.size, len(steps) + 1, shape[kept[0]])
+    parallel = bool(kept) and _pays(src_t.size, work(steps) + 1, shape[kept[0]])
     if row_form:
         var = _open_loops(code, kept, bounds, parallel)
         pairwise = kind in ("sum", "mean")
@@ -263,7 +280,7 @@ def softmax(expr: Expr, ins: list[ValueType], out: ValueType, axis: int) -> Kern
     d = out.dtype
     outer = [k for k, n in enumerate(shape) if n != 1 and k != axis]
     last = axis == len(shape) - 1
-    parallel = bool(outer) and _pays(out.size, len(expr.steps) + 4, shape[outer[0]])
+    parallel = bool(outer) and _pays(out.size, work(expr.steps) + 4, shape[outer[0]])
     code = Code()
     sig = ", ".join([f"in{k}" for k in range(len(ins))] + ["out"])
     bounds = _bounds(code, outer, shape, [("out", out)])
