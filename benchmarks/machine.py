@@ -24,7 +24,7 @@ def blas_info() -> list[dict]:
         from threadpoolctl import threadpool_info
 
         return [
-            {k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads", "user_api")}
+            {k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads", "user_api", "filepath")}
             for d in threadpool_info()
         ]
     except Exception:  # threadpoolctl missing: say so rather than guess

@@ -166,9 +166,11 @@ def write_markdown(results: list[Result], machine: dict, suite: str, path: str |
         f"- CPU: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('platform')}",
     ]
     for b in machine.get("blas", []):
-        lines.append(
-            f"- BLAS: {b.get('internal_api')} {b.get('version')} ({b.get('user_api')}), kernel {b.get('architecture')}, {b.get('num_threads')} threads"
-        )
+        lib = Path(b.get("filepath") or "?").name
+        if b.get("user_api") == "blas":
+            lines.append(f"- BLAS: {b.get('internal_api')} {b.get('version')} ({lib}), kernel {b.get('architecture')}, {b.get('num_threads')} threads")
+        else:
+            lines.append(f"- thread pool: {b.get('internal_api')} ({lib}), {b.get('num_threads')} threads")
     vs = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items())
     lines += [f"- versions: {vs}"]
     if json_name:

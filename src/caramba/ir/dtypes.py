@@ -96,17 +96,25 @@ _SHORT = {
 _BY_NAME = {d.value: d for d in DType} | {d.short: d for d in DType}
 
 
+_BY_NUMPY: dict[np.dtype, DType] = {}
+
+
 def dtype(x: "DType | str | np.dtype | type") -> DType:
     """Coerce a name (``"float64"``, ``"f64"``), NumPy dtype or DType to a DType."""
     if isinstance(x, DType):
         return x
     if isinstance(x, str) and x in _BY_NAME:
         return _BY_NAME[x]
+    hit = _BY_NUMPY.get(x) if isinstance(x, np.dtype) else None
+    if hit is not None:  # the hot path: a tensor's dtype, asked on every run
+        return hit
     try:
         name = np.dtype(x).name
     except TypeError:
         name = str(x)
     if name in _BY_NAME:
+        if isinstance(x, np.dtype):
+            _BY_NUMPY[x] = _BY_NAME[name]
         return _BY_NAME[name]
     from caramba.errors import GraphError, did_you_mean
 
