@@ -154,9 +154,8 @@ def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) ->
 # ---- MLP train step -----------------------------------------------------------------------
 def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, float, float]]:
     import jax
-    import jax.numpy as jnp
 
-    from benchmarks.train_step import B1, B2, EPS, LR, caramba_train_step, problem
+    from benchmarks.train_step import caramba_train_step, jax_step, problem
     from caramba import compute
     from caramba.train import Trainer
 
@@ -186,36 +185,8 @@ def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, 
 
         return run
 
+    direct_jax, _ = jax_step(prob["params"], prob["x"], prob["y"])
     with jax.enable_x64(True):
-        def loss_fn(ps, x, y):
-            h = x
-            n_layers = len(ps) // 2
-            for i in range(n_layers):
-                h = jnp.matmul(h, ps[2 * i], precision=jax.lax.Precision.HIGHEST) + ps[2 * i + 1]
-                if i < n_layers - 1:
-                    h = jax.nn.gelu(h, approximate=False)
-            lse = jax.nn.logsumexp(h, axis=-1)
-            return jnp.mean(lse - jnp.take_along_axis(h, y[:, None], axis=1)[:, 0])
-
-        def step_fn(ps, ms, vs, t, x, y):
-            loss, gs = jax.value_and_grad(loss_fn)(ps, x, y)
-            t = t + 1
-            c1, c2 = 1 - B1**t, 1 - B2**t
-            ms = [B1 * m + (1 - B1) * g for m, g in zip(ms, gs, strict=True)]
-            vs = [B2 * v + (1 - B2) * g * g for v, g in zip(vs, gs, strict=True)]
-            ps = [p - (LR / c1) * (m / (jnp.sqrt(v) / jnp.sqrt(c2) + EPS)) for p, m, v in zip(ps, ms, vs, strict=True)]
-            return ps, ms, vs, t, loss
-
-        jstep = jax.jit(step_fn, donate_argnums=(0, 1, 2))
-        x, y = jax.device_put(prob["x"]), jax.device_put(prob["y"])
-        ps = [jax.device_put(p) for p in prob["params"]]
-        state = [ps, [jnp.zeros_like(p) for p in ps], [jnp.zeros_like(p) for p in ps], jnp.asarray(0.0)]
-
-        def direct_jax():
-            p2, m2, v2, t2, loss = jstep(*state, x, y)
-            state[:] = [p2, m2, v2, t2]
-            jax.block_until_ready(loss)
-
         t = interleaved({"caramba": caramba_step("xla"), "peer": direct_jax}, rounds, samples)
     rows.append((label, "xla:donate / JAX jit (both donate state)", t["caramba"], t["peer"]))
 

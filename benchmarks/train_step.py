@@ -103,7 +103,11 @@ def caramba_prepared(variant: str, runner: Any, inputs: dict[str, np.ndarray]):
 # ---- JAX jit ----------------------------------------------------------------------------
 
 
-def jax_impl(prob: dict[str, Any]):
+def jax_step(params, x, y):
+    """The JAX peer of the train step: one jitted function (value_and_grad + Adam) with donated
+    state, inputs on the device. Returns ``(run, check)``: ``run()`` does one step and returns
+    the loss, ready (call it inside ``jax.enable_x64(True)``); ``check()`` does one step from the
+    initial parameters and returns the loss and the last weight matrix."""
     import jax
     import jax.numpy as jnp
 
@@ -128,24 +132,35 @@ def jax_impl(prob: dict[str, Any]):
             return ps, ms, vs, t, loss
 
         jstep = jax.jit(step, donate_argnums=(0, 1, 2))
-        x, y = jax.device_put(prob["x"]), jax.device_put(prob["y"])
+        x, y = jax.device_put(x), jax.device_put(y)
 
         def fresh():
-            ps = [jax.device_put(p) for p in prob["params"]]
+            ps = [jax.device_put(p) for p in params]
             return [ps, [jnp.zeros_like(p) for p in ps], [jnp.zeros_like(p) for p in ps], jnp.asarray(0.0)]
 
         state = fresh()
 
-    def run() -> float:
-        with jax.enable_x64(True):
-            ps, ms, vs, t, loss = jstep(*state, x, y)
-            state[:] = [ps, ms, vs, t]
-            return float(jax.block_until_ready(loss))
+    def run():
+        ps, ms, vs, t, loss = jstep(*state, x, y)
+        state[:] = [ps, ms, vs, t]
+        return jax.block_until_ready(loss)
 
     def check() -> np.ndarray:
         with jax.enable_x64(True):
             ps, *_, loss = jstep(*fresh(), x, y)
             return np.concatenate([[float(loss)], np.asarray(ps[-2]).ravel()])
+
+    return run, check
+
+
+def jax_impl(prob: dict[str, Any]):
+    import jax
+
+    step, check = jax_step(prob["params"], prob["x"], prob["y"])
+
+    def run() -> float:
+        with jax.enable_x64(True):
+            return float(step())
 
     return run, check
 

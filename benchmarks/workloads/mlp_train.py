@@ -129,47 +129,10 @@ class MlpTrain(Workload):
 
     def jax(self, case, inputs):
         import jax
-        import jax.numpy as jnp
 
-        with jax.enable_x64(True):
-            def loss_fn(ps, x, y):
-                h = x
-                n_layers = len(ps) // 2
-                for i in range(n_layers):
-                    h = h @ ps[2 * i] + ps[2 * i + 1]
-                    if i < n_layers - 1:
-                        h = jax.nn.gelu(h, approximate=False)
-                lse = jax.nn.logsumexp(h, axis=-1)
-                return jnp.mean(lse - jnp.take_along_axis(h, y[:, None], axis=1)[:, 0])
+        from benchmarks.train_step import jax_step
 
-            def step(ps, ms, vs, t, x, y):
-                loss, gs = jax.value_and_grad(loss_fn)(ps, x, y)
-                t = t + 1
-                c1, c2 = 1 - B1**t, 1 - B2**t
-                ms = [B1 * m + (1 - B1) * g for m, g in zip(ms, gs, strict=True)]
-                vs = [B2 * v + (1 - B2) * g * g for v, g in zip(vs, gs, strict=True)]
-                ps = [p - LR * (m / c1) / (jnp.sqrt(v / c2) + EPS) for p, m, v in zip(ps, ms, vs, strict=True)]
-                return ps, ms, vs, t, loss
-
-            jstep = jax.jit(step, donate_argnums=(0, 1, 2))
-            x, y = jax.device_put(inputs["x"]), jax.device_put(inputs["y"])
-
-            def fresh():
-                ps = [jax.device_put(p) for p in self._params(inputs)]
-                return [ps, [jnp.zeros_like(p) for p in ps], [jnp.zeros_like(p) for p in ps], jnp.asarray(0.0)]
-
-            state = fresh()
-
-        def run():
-            ps, ms, vs, t, loss = jstep(*state, x, y)
-            state[:] = [ps, ms, vs, t]
-            return jax.block_until_ready(loss)
-
-        def check():
-            with jax.enable_x64(True):
-                ps, *_, loss = jstep(*fresh(), x, y)
-                return np.concatenate([[float(loss)], np.asarray(ps[-2]).ravel()])
-
+        run, check = jax_step(self._params(inputs), inputs["x"], inputs["y"])
         return Prepared(run, check=check, context=lambda: jax.enable_x64(True), note="jit(value_and_grad + Adam), donated state")
 
     def torch(self, case, inputs):

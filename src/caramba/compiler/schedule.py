@@ -30,9 +30,20 @@ class Cost:
     bytes: int
 
 
-def _matmul_flops(a: tuple[int, ...], out: tuple[int, ...]) -> int:
+def matmul_flops(a: tuple[int, ...], out: tuple[int, ...]) -> int:
+    """2*M*N*K over the batch of ``a @ b -> out`` (rank-1 operands included)."""
     k = a[-1] if a else 1
     return 2 * prod(out) * k
+
+
+def elementwise_flops(op: str) -> int:
+    """Flops per output element of an elementwise op (transcendentals cost more than an add)."""
+    return _HEAVY.get(op, 1)
+
+
+def graph_flops(graph: Graph) -> int:
+    """The whole graph's estimated flops: what backends use to tell a small graph from a large one."""
+    return sum(node_cost(graph, n).flops for n in graph.nodes)
 
 
 # Flops per output element of elementwise ops beyond one (transcendentals cost more).
@@ -52,7 +63,7 @@ def node_cost(graph: Graph, node: Node) -> Cost:
     out = node.types[0].size if node.types else 0
     op = node.op
     if op in ("linalg.matmul", "fused.linear"):
-        flops = _matmul_flops(ins[0].shape, node.types[0].shape) + (out * 8 if op == "fused.linear" else 0)
+        flops = matmul_flops(ins[0].shape, node.types[0].shape) + (out * 8 if op == "fused.linear" else 0)
     elif op == "fused.elementwise":
         from caramba.ops.fused import decode_expr
 

@@ -16,11 +16,12 @@ so a graph's results are as reproducible as before.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from caramba.compiler.schedule import matmul_flops
 
 # Below this many flops (2*M*N*K over the batch) a product runs on one BLAS thread.
 SMALL_FLOPS = 3.0e7
@@ -42,12 +43,6 @@ def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None], int] 
     except Exception:  # no threadpoolctl, or a build without these symbols: leave BLAS alone
         return None
     return None
-
-
-def product_flops(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> float:
-    """2*M*N*K over the batch of ``a @ b`` -> ``out`` (rank-1 operands included)."""
-    k = a[-1] if a else 1
-    return 2.0 * k * math.prod(out)
 
 
 class _Policy:
@@ -83,7 +78,7 @@ def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> 
     policy = _policy()
     if policy is None:
         return np.matmul
-    small = product_flops(a, b, out) < SMALL_FLOPS
+    small = matmul_flops(a, out) < SMALL_FLOPS
     use, matmul = policy.use, np.matmul
 
     def policed_matmul(x, w, out=None):

@@ -20,6 +20,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 import onnxruntime as ort
 
 from caramba.backends.onnx.capabilities import onnx_capabilities
+from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
 from caramba.errors import BackendUnavailable, CarambaError, UnsupportedOperation
@@ -36,21 +37,7 @@ LEVELS = {
 }
 
 
-SMALL_WORK = 1 << 18  # element operations below which a session runs single-threaded
-
-
-def _work(graph: Graph) -> int:
-    """A rough count of element operations: output sizes, times the contraction for matmuls."""
-    total = 0
-    for n in graph.nodes:
-        size = sum(t.size for t in n.types)
-        if n.op in ("linalg.matmul", "attention.sdpa") and n.inputs:
-            size *= max(graph.type_of(n.inputs[0]).shape[-1:] or (1,))
-        elif n.op in ("nn.conv1d", "nn.conv2d") and len(n.inputs) > 1:
-            w = graph.type_of(n.inputs[1])
-            size *= max(w.size // max(w.shape[0], 1), 1)
-        total += size
-    return total
+SMALL_WORK = 1 << 19  # flops (compiler.schedule.graph_flops) below which a session runs single-threaded
 
 
 class KernelFailed(CarambaError):
@@ -167,7 +154,7 @@ class OnnxRunner(Runner):
         so.graph_optimization_level = LEVELS[self.opt]
         if self.threads is not None:
             so.intra_op_num_threads = self.threads
-        elif _work(graph) < SMALL_WORK:
+        elif graph_flops(graph) < SMALL_WORK:
             # A thread pool costs more to start (per session) than it can save on tiny graphs.
             so.intra_op_num_threads = 1
         if self.provider != "cpu":

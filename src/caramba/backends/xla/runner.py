@@ -20,6 +20,7 @@ import numpy as np
 
 from caramba.backends.xla.capabilities import xla_capabilities
 from caramba.backends.xla.lowering import RULES, TraceContext
+from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
 from caramba.errors import BackendUnavailable, CarambaError, StateError
@@ -109,7 +110,7 @@ class _Core:
             self.lowered = jitted.lower(*specs)
             # Small graphs compile without LLVM's optimization passes: ~40% less compile time,
             # and their run time is dominated by dispatch anyway (numerics are IEEE either way).
-            small = _work(graph) < SMALL_WORK
+            small = graph_flops(graph) < SMALL_WORK
             self.compiled = self.lowered.compile(compiler_options=SMALL_OPTIONS) if small else self.lowered.compile()
         del self.graph  # the core outlives the graph it was traced from
         self.n_out = len(graph.outputs)
@@ -156,22 +157,8 @@ class _Core:
         return tuple(results)
 
 
-SMALL_WORK = 1 << 16  # element operations below which a graph is compiled at XLA's -O0
+SMALL_WORK = 1 << 17  # flops (compiler.schedule.graph_flops) below which a graph is compiled at XLA's -O0
 SMALL_OPTIONS = {"xla_backend_optimization_level": 0}
-
-
-def _work(graph: Graph) -> int:
-    """A rough count of element operations: output sizes, times the contraction for matmuls."""
-    total = 0
-    for n in graph.nodes:
-        size = sum(t.size for t in n.types)
-        if n.op in ("linalg.matmul", "attention.sdpa") and n.inputs:
-            size *= max(graph.type_of(n.inputs[0]).shape[-1:] or (1,))
-        elif n.op in ("nn.conv1d", "nn.conv2d") and len(n.inputs) > 1:
-            w = graph.type_of(n.inputs[1])
-            size *= max(w.size // max(w.shape[0], 1), 1)
-        total += size
-    return total
 
 
 def _spec(t, sharding) -> jax.ShapeDtypeStruct:

@@ -148,21 +148,15 @@ def _zero(d: DType) -> str:
     return lit(-0.0, d)
 
 
-# Relative cost of a step (an add is 1): transcendental functions cost tens of adds, so a short
-# program of them pays for threads at sizes where a long chain of adds does not.
-STEP_COST = {
-    "activation.gelu": 20, "math.erf": 16, "activation.softplus": 10, "activation.silu": 8,
-    "activation.sigmoid": 8, "activation.elu": 8, "activation.selu": 8, "math.tanh": 8,
-    "math.exp": 6, "math.expm1": 6, "math.log": 6, "math.log1p": 6, "math.sin": 6, "math.cos": 6,
-    "math.pow": 10, "math.sqrt": 2, "math.rsqrt": 3, "math.div": 2,
-}
-
-
 def work(steps) -> int:
     """Estimated work per element of a program of ``steps`` (``Step`` s or a count of adds)."""
     if isinstance(steps, int):
         return max(steps, 1)
-    return max(sum(STEP_COST.get(s.op, 1) for s in steps), 1)
+    # the compiler's cost model: transcendental steps cost more than adds, so a short program
+    # of them pays for threads at sizes where a chain of adds does not
+    from caramba.compiler.schedule import elementwise_flops
+
+    return max(sum(elementwise_flops(s.op) for s in steps), 1)
 
 
 def _pays(size: int, steps, first_dim: int) -> bool:
