@@ -45,11 +45,12 @@ def reason_of(exc: BaseException) -> str:
 
 def run(backend: str, pattern: str = ".*") -> tuple[collections.Counter, list[tuple[str, str]]]:
     from onnx.backend.test.loader import load_node_model_tests
-    from onnx.backend.test.runner import Runner, _normalize_tensor
 
     from caramba.compute import new
     from caramba.onnx.backend import CarambaRep
     from caramba.onnx.importer import coverage
+
+    from .test_onnx_node import check_node_case
 
     with np.errstate(all="ignore"):
         tests = load_node_model_tests()
@@ -64,15 +65,8 @@ def run(backend: str, pattern: str = ".*") -> tuple[collections.Counter, list[tu
             continue
         runner = new(backend)
         try:
-            rep = CarambaRep(case.model, backend)
-            for inputs, refs in case.data_sets:
-                feeds = dict(zip(rep.input_names, [_normalize_tensor(v) for v in inputs], strict=True))
-                graph, _ = rep.graph(feeds)
-                exe = runner.compile(graph)
-                outs = exe.run({k: runner.upload(feeds[k]) for k in exe.input_types})
-                got = [outs[n].download() for n in rep.output_names]
-                with np.errstate(all="ignore"):
-                    Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], got, rtol=case.rtol, atol=case.atol)
+            with np.errstate(all="ignore"):
+                check_node_case(runner, CarambaRep(case.model, backend), case)
             counts["passed"] += 1
         except Exception as exc:
             counts["failed"] += 1

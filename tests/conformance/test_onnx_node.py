@@ -75,14 +75,19 @@ def test_node(backend: str, name: str) -> None:
     rep = _REPS.setdefault(name, CarambaRep(case.model, backend))
     runner = new(backend)
     try:
-        for inputs, refs in case.data_sets:
-            feeds = dict(zip(rep.input_names, [_normalize_tensor(v) for v in inputs], strict=True))
-            graph, _ = rep.graph(feeds)
-            exe = runner.compile(graph)
-            outs = exe.run({k: runner.upload(feeds[k]) for k in exe.input_types})
-            got = [outs[n].download() for n in rep.output_names]
-            Runner.assert_similar_outputs(
-                [_normalize_tensor(r) for r in refs], got, rtol=case.rtol, atol=case.atol, model_dir=name
-            )
+        check_node_case(runner, rep, case)
     finally:
         runner.close()
+
+
+def check_node_case(runner, rep: CarambaRep, case) -> None:
+    """Import ``case``'s model (through ``rep``), compile it on ``runner``, run every data set
+    and compare with ONNX's own check (shape, dtype, the case's rtol/atol)."""
+    for inputs, refs in case.data_sets:
+        feeds = dict(zip(rep.input_names, [_normalize_tensor(v) for v in inputs], strict=True))
+        graph, _ = rep.graph(feeds)
+        exe = runner.compile(graph)
+        outs = exe.run({k: runner.upload(feeds[k]) for k in exe.input_types})
+        got = [outs[n].download() for n in rep.output_names]
+        Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], got, rtol=case.rtol, atol=case.atol,
+                                      model_dir=case.name)
