@@ -32,11 +32,11 @@ def register(app: typer.Typer) -> None:
         if suite not in ("quick", "full"):
             raise ConfigError(f"unknown suite {suite!r}; use quick or full")
         os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        workloads = by_name(only, STUDY_NAMES)  # unknown names fail before anything runs
         console = Console(stderr=True)
         specs = list(backend) if backend else _default_backends(available(), console)
         for s in specs:
-            parse_spec(s)  # unknown names/options fail before anything runs
-        workloads = by_name(only, STUDY_NAMES)
+            parse_spec(s)
         with console.status("benchmarking") as status:
             results = run_workloads(workloads, suite, specs, peer or None, progress=lambda m: status.update(m)) if workloads else []
             studies = run_studies(suite, specs, only, progress=lambda m: status.update(m))
