@@ -113,7 +113,17 @@ def test_kernel_text_is_shape_generic_with_broadcast_indices():
     k3 = codegen.elementwise(e, [ValueType((4, 3), F64), ValueType((4, 1), F64)], ValueType((4, 3), F64))
     assert "x1 = in1[i0, 0]" in k3.source
     big = codegen.elementwise(e, [ValueType((1024, 1024), F64)] * 2, ValueType((1024, 1024), F64))
-    assert big.parallel and "prange(n0)" in big.source and not k1.parallel
+    assert big.parallel and not k1.parallel and big.split == 1024
+    assert "def kernel(in0, in1, out, lo, hi):" in big.source and "for i0 in range(lo, hi):" in big.source
+    assert "prange" not in big.source and "parallel=" not in big.source  # serial: blocks run on cpu workers
+
+
+def test_in_place_kernel_reads_its_output_array():
+    e = F.Expr((F.Step("m", "math.mul", 1, (0, 1), ir.Attrs()),), "m")
+    k = codegen.elementwise(e, [ValueType((4, 3), F64), ValueType((3,), F64)], ValueType((4, 3), F64), in_place=True)
+    assert "def kernel(in1, out):" in k.source and "    in0 = out\n" in k.source and k.n_inputs == 1
+    with pytest.raises(caramba.errors.UnsupportedOperation, match="in place needs input 0"):
+        codegen.elementwise(e, [ValueType((3,), F64), ValueType((3,), F64)], ValueType((4, 3), F64), in_place=True)
 
 
 def test_reduction_kernels_use_pairwise_rows_or_ordered_accumulation():

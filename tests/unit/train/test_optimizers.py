@@ -284,3 +284,42 @@ def test_decomposed_updates_use_only_primitive_ops():
 def test_state_names_are_hierarchical():
     opt = OPTIMIZERS["adam"](1e-3)
     assert opt.state_name("m", "encoder.fc1.weight") == "opt.adam.m.encoder.fc1.weight"
+
+
+@pytest.mark.parametrize("name, kwargs", [("adam", {}), ("sgd", {"momentum": 0.9})])
+def test_large_updates_in_blocks_with_reused_outputs_match_the_reference(cpu, monkeypatch, name, kwargs):
+    """A parameter above LOOP_SPLIT runs in blocks on the cpu workers (three here) and writes
+    into outputs of two steps ago; a state tensor the caller still holds is never written."""
+    pytest.importorskip("numba")
+    from threadpoolctl import threadpool_limits
+
+    from caramba.backends.cpu.kernels.train import LOOP_SPLIT
+
+    monkeypatch.setitem(globals(), "SHAPES", {"huge": (LOOP_SPLIT // 256 + 1, 256)})
+    init, grads = data(3)
+    grads, lr = grads[:6], 0.01
+    opt = OPTIMIZERS[name](lr, **kwargs)
+    with threadpool_limits(3, user_api="blas"):
+        first: list = []
+        real_run = type(cpu).compile
+
+        def compile_and_hold(runner, g, **kw):  # keep the state tensor after step 1 alive
+            exe = real_run(runner, g, **kw)
+            run = exe.run
+
+            def run_and_hold(inputs):
+                out = run(inputs)
+                if not first:
+                    first.append((runner.state["huge"], runner.state["huge"].download()))
+                return out
+
+            exe.run = run_and_hold
+            return exe
+
+        monkeypatch.setattr(type(cpu), "compile", compile_and_hold)
+        got = run_update(cpu, opt, grads, init)
+    want = reference(name, kwargs, grads, init, lambda t: lr)
+    for t, (state, _) in enumerate(got):
+        assert_close(state, want[t], f"{name} step {t + 1}")
+    tensor, values = first[0]
+    np.testing.assert_array_equal(tensor.download(), values)

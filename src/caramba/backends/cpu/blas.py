@@ -1,4 +1,5 @@
-"""Matrix products on NumPy's BLAS, with a thread policy for small ones.
+"""Matrix products on NumPy's BLAS, with a thread policy for small ones and row blocks for
+large fused ones.
 
 OpenBLAS splits even small products over all its threads, which then spin-wait for the next
 call. The cpu backend alternates BLAS calls with parallel fused kernels on Numba's OpenMP
@@ -22,9 +23,17 @@ from typing import Any
 import numpy as np
 
 from caramba.compiler.schedule import matmul_flops
+from caramba.ir.dtypes import DType
 
 # Below this many flops (2*M*N*K over the batch) a product runs on one BLAS thread.
 SMALL_FLOPS = 3.0e7
+
+
+def _symbol(lib: Any, name: str) -> Any:
+    """The C function ``name`` of a threadpoolctl OpenBLAS controller, not its Python wrapper
+    (threadpoolctl >= 3.5 returns the function, older versions its decorated name)."""
+    sym = lib._get_symbol(name)
+    return lib.dynlib[sym] if isinstance(sym, str) else sym
 
 
 @functools.cache
@@ -36,8 +45,7 @@ def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None], int] 
 
         for lib in ThreadpoolController().select(internal_api="openblas").lib_controllers:
             if "numpy" in lib.filepath:
-                get = lib.dynlib[lib._get_symbol("openblas_get_num_threads")]  # the C calls, not the wrappers
-                set_ = lib.dynlib[lib._get_symbol("openblas_set_num_threads")]
+                get, set_ = _symbol(lib, "openblas_get_num_threads"), _symbol(lib, "openblas_set_num_threads")
                 get.restype, set_.restype = int, None
                 return get, set_, max(1, int(get()))
     except Exception:  # no threadpoolctl, or a build without these symbols: leave BLAS alone
@@ -53,10 +61,15 @@ class _Policy:
     def __init__(self, get: Callable[[], int], set_: Callable[[int], None], initial: int) -> None:
         self.get, self.set, self.chosen, self.ours = get, set_, initial, initial
 
-    def use(self, small: bool) -> None:
+    def sync(self) -> int:
+        """The count the process chose (a count found that this policy did not set)."""
         n = self.get()
         if n != self.ours:
-            self.chosen = n
+            self.chosen = self.ours = n
+        return n
+
+    def use(self, small: bool) -> None:
+        n = self.sync()
         want = 1 if small else self.chosen
         if n != want:
             self.set(want)
@@ -69,17 +82,70 @@ def _policy() -> _Policy | None:
     return None if threads is None else _Policy(*threads)
 
 
-def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> Callable[..., Any]:
+def chosen_threads() -> int | None:
+    """The BLAS thread count the process chose; None where BLAS is not an OpenBLAS we control."""
+    policy = _policy()
+    if policy is None:
+        return None
+    policy.sync()
+    return policy.chosen
+
+
+# A product is split in row blocks (one BLAS thread each, on the cpu workers) from this many
+# flops (a split call costs ~0.1 ms: [128,256]x[256,256] float64 went 480 -> 385 µs on 2
+# cores), when every block gets at least MIN_BLOCK_ROWS rows (fewer would repack the whole
+# right operand too often).
+BLOCK_FLOPS = 1.0e7
+MIN_BLOCK_ROWS = 32
+
+
+def row_blocks(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...], parts: int) -> int:
+    """Rows of ``a @ b`` (leading dims flattened) to split over ``parts`` workers, or 0 to run it
+    as one BLAS call. Split: a large product of a matrix-like ``a`` by a 2-D ``b``, under an
+    OpenBLAS whose thread count we control, with enough rows for every worker."""
+    if parts < 2 or len(b) != 2 or len(a) < 2 or _policy() is None or matmul_flops(a, out) < BLOCK_FLOPS:
+        return 0
+    rows = 1
+    for n in a[:-1]:
+        rows *= n
+    return rows if rows >= MIN_BLOCK_ROWS * parts else 0
+
+
+def one_thread() -> None:
+    """Set BLAS to one thread for products that are run in blocks from several threads."""
+    policy = _policy()
+    if policy is not None:
+        policy.use(True)
+
+
+def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
+               dtype: DType | None = None) -> Callable[..., Any]:
     """``np.matmul`` for these shapes (called ``f(a, b[, out])``): a small product runs on one
-    BLAS thread, a large one on the count the process chose.
+    BLAS thread; a large float one in row blocks on the cpu workers (``row_blocks``), else on
+    the count the process chose.
 
     The count is switched only when a product needs the other one, not restored after each
     call: waking OpenBLAS's pool on every restore is what makes its threads spin."""
+    from caramba.backends.cpu import workers
+
     policy = _policy()
     if policy is None:
         return np.matmul
     small = matmul_flops(a, out) < SMALL_FLOPS
     use, matmul = policy.use, np.matmul
+    rows = row_blocks(a, b, out, workers.count()) if dtype is None or dtype.is_float else 0
+    if rows:
+        ranges, run, k, n = workers.blocks(rows, workers.count()), workers.run, a[-1], out[-1]
+
+        def blocked_matmul(x, w, o=None):
+            if o is None:
+                o = np.empty(out, np.result_type(x, w))
+            use(True)
+            x2, o2 = x.reshape(rows, k), o.reshape(rows, n)  # o is C-contiguous: a view
+            run(lambda lo, hi: matmul(x2[lo:hi], w, o2[lo:hi]), ranges)
+            return o
+
+        return blocked_matmul
 
     def policed_matmul(x, w, out=None):
         use(small)

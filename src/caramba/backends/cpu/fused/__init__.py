@@ -61,14 +61,28 @@ def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[
     return ops, frozenset(patterns)
 
 
-def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint]) -> Any:
+def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint],
+              blocks: bool = True) -> Any:
+    """The callable for ``kernel``; a split kernel is run in row blocks on the cpu workers
+    (``blocks=False``: the raw ``fn(..., lo, hi)``, for a caller that blocks it itself)."""
+    from caramba.backends.cpu import workers
+
     from . import jit
 
     fn = jit.load(kernel.source, kernel.name)
     args = [jit.array_type(t, c, ro) for t, (c, ro) in zip(in_types, hints, strict=True)]
     args += [jit.array_type(t) for t in out_types]
+    if kernel.split:
+        args += [jit.index_type()] * 2
     jit.specialize(fn, args)
-    return fn
+    if not kernel.split or not blocks:
+        return fn
+    ranges = workers.blocks(kernel.split, workers.count())
+    if len(ranges) == 1:
+        lo, hi = ranges[0]
+        return lambda *arrays: fn(*arrays, lo, hi)
+    run = workers.run
+    return lambda *arrays: run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
 
 
 def _elementwise(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
@@ -117,25 +131,54 @@ def epilogue(activation: str, bias: ValueType | None) -> F.Expr:
 
 
 def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
-    from caramba.backends.cpu.blas import matmul_for
+    """BLAS matmul into the output, then the epilogue (+ bias, activation) in place.
+
+    A large product is run in row blocks on the cpu workers: each block is a one-thread BLAS
+    call and then the epilogue on the rows it just wrote, while they are warm in cache, with
+    no second thread pool waking up (``workers.py``). Otherwise one BLAS call, then the
+    epilogue (itself split in blocks when it is large)."""
+    from caramba.backends.cpu import blas, workers
 
     from . import codegen
 
-    out_t = node.types[0]
+    x_t, w_t, out_t = ins[0], ins[1], node.types[0]
     bias = ins[2] if len(ins) == 3 else None
     expr = epilogue(node.attrs["activation"], bias)
+    rows = blas.row_blocks(x_t.shape, w_t.shape, out_t.shape, workers.count())
+    if rows:
+        flat = ValueType((rows, out_t.shape[-1]), out_t.dtype)
+        epi_ins = [flat] + ([bias] if bias is not None else [])
+        k = codegen.elementwise(expr, epi_ins, flat, what="fused.linear epilogue", in_place=True, split=True)
+        epi = _compiled(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], blocks=False)
+        ranges = workers.blocks(rows, workers.count())
+        matmul, one_thread, run = np.matmul, blas.one_thread, workers.run
+        n_in = x_t.shape[-1]
+
+        def linear(x, w, *rest):
+            out2 = rest[-1].reshape(rows, -1)
+            x2 = x.reshape(rows, n_in)
+            b = rest[:-1]
+            one_thread()
+
+            def block(lo, hi):
+                matmul(x2[lo:hi], w, out2[lo:hi])
+                epi(*b, out2, lo, hi)
+
+            run(block, ranges)
+
+        return linear
     epi_ins = [out_t] + ([bias] if bias is not None else [])
-    k = codegen.elementwise(expr, epi_ins, out_t, what="fused.linear epilogue")
-    epi = _compiled(k, epi_ins, [out_t], [(True, False)] + ([hints[2]] if bias is not None else []))
-    matmul = matmul_for(ins[0].shape, ins[1].shape, out_t.shape)
+    k = codegen.elementwise(expr, epi_ins, out_t, what="fused.linear epilogue", in_place=True)
+    epi = _compiled(k, epi_ins[1:], [out_t], [hints[2]] if bias is not None else [])
+    matmul = blas.matmul_for(x_t.shape, w_t.shape, out_t.shape)
     if bias is None:
         def linear(x, w, out):
             matmul(x, w, out)
-            epi(out, out)
+            epi(out)
     else:
         def linear(x, w, b, out):
             matmul(x, w, out)
-            epi(out, b, out)
+            epi(b, out)
 
     return linear
 

@@ -31,32 +31,6 @@ def cache_dir() -> Path:
     return Path(settings().cache_dir).expanduser() / "numba"
 
 
-def start_threads() -> None:
-    """Start Numba's parallel worker pool (once) with OpenMP workers that sleep, not spin, while
-    idle: the cpu backend alternates BLAS calls (OpenBLAS's own threads) with parallel fused
-    kernels, and pools spinning on the same few cores starve each other. The setting is made
-    only while Numba's OpenMP runtime loads and reads it, so other OpenMP users loaded later
-    keep theirs; an OMP_WAIT_POLICY the user set is kept. Where another library loaded the
-    OpenMP runtime first, its setting stands."""
-    global _THREADS_STARTED
-    if _THREADS_STARTED:
-        return
-    _THREADS_STARTED = True
-    from numba.np.ufunc import parallel
-
-    unset = "OMP_WAIT_POLICY" not in os.environ
-    if unset:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    try:
-        parallel._launch_threads()
-    finally:
-        if unset:
-            os.environ.pop("OMP_WAIT_POLICY", None)
-
-
-_THREADS_STARTED = False
-
-
 def load(source: str, name: str = "kernel") -> Any:
     """The Numba dispatcher ``name`` defined by ``source`` (compiled lazily until ``specialize``)."""
     key = hashlib.sha256(source.encode()).hexdigest()[:32]
@@ -64,7 +38,6 @@ def load(source: str, name: str = "kernel") -> Any:
         fn = _LOADED.get(key)
         if fn is not None:
             return fn
-        start_threads()
         folder = cache_dir()
         path = folder / f"k_{key}.py"
         if not path.exists():
@@ -87,6 +60,13 @@ def load(source: str, name: str = "kernel") -> Any:
         fn = getattr(mod, name)
         _LOADED[key] = fn
         return fn
+
+
+def index_type() -> Any:
+    """The Numba type of the ``lo, hi`` block bounds of a split kernel (Python ints)."""
+    from numba import types
+
+    return types.int64
 
 
 def array_type(t: ValueType, contiguous: bool = True, readonly: bool = False) -> Any:

@@ -144,7 +144,7 @@ def _from_bits(typingctx, b):
 def exp_fast(x):
     """exp(x) for float64, fdlibm's reduction and rational form, branch-free."""
     xc = min(max(x, -746.0), 710.0)
-    k = math.floor(xc * 1.44269504088896338700e+00 + 0.5)
+    k = np.floor(xc * 1.44269504088896338700e+00 + 0.5)
     hi = xc - k * 6.93147180369123816490e-01
     lo = k * 1.90821492927058770002e-10
     r = hi - lo
@@ -152,7 +152,7 @@ def exp_fast(x):
     c = r - t * (1.66666666666666019037e-01 + t * (-2.77777777770155933842e-03 + t * (
         6.61375632143793436117e-05 + t * (-1.65339022054652515390e-06 + t * 4.13813679705723846039e-08))))
     y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
-    k1 = math.floor(k * 0.5)
+    k1 = np.floor(k * 0.5)
     # 2**k1 and 2**(k - k1) from the bits: adding 1.5 * 2**52 puts the integer in the low
     # mantissa bits (no float -> int conversion, which AVX2 cannot vectorize)
     s1 = _from_bits((_bits(k1 + 6755399441055744.0) + 1023) << 52)

@@ -13,7 +13,7 @@ MATMUL = FLOAT | {DType.int64, DType.int32}
 
 @kernel("linalg.matmul", MATMUL, out=True)
 def _matmul(node, ins):
-    return matmul_for(ins[0].shape, ins[1].shape, node.types[0].shape)
+    return matmul_for(ins[0].shape, ins[1].shape, node.types[0].shape, node.types[0].dtype)
 
 
 simple("linalg.outer", MATMUL, np.outer)

@@ -2,8 +2,8 @@
 checkpoint writer.
 
 Optimizer updates run as one Numba loop over the parameter when Numba is installed (one pass
-over memory instead of a dozen; single-threaded, so it never competes with BLAS threads), else
-as NumPy expressions. Both evaluate the same IEEE operations in the
+over memory instead of a dozen; large parameters in blocks on the cpu workers, outputs in
+arrays of earlier runs nobody holds any more: ``spare.py``), else as NumPy expressions. Both evaluate the same IEEE operations in the
 same order (no contraction to FMA), so they give bit-identical results.
 """
 
@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from caramba.backends.cpu.kernels import FLOAT, kernel
+from caramba.backends.cpu.spare import Spare
 from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
 from caramba.ops.train import (
@@ -29,6 +30,8 @@ from caramba.ops.train import (
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
 STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
 LOOP_MIN = 512  # elements below which a few NumPy calls cost less than a Numba dispatch
+LOOP_SPLIT = 1 << 17  # elements from which an update is split over the cpu workers
+SPARE_KEEP = 8  # outputs an update kernel remembers for reuse: two runs' worth (up to 3 each)
 
 
 def _reduce(node):
@@ -177,8 +180,9 @@ def _loops():
     return _LOOPS[0]
 
 
-def _run(name, elem, arrays, scalars):
-    """Apply ``elem``; returns one new array per output (inputs are never written)."""
+def _run(spare, name, elem, arrays, scalars):
+    """Apply ``elem``; returns one new array per output (inputs are never written; large outputs
+    reuse ``spare`` arrays nobody holds any more)."""
     p = arrays[0]
     # Numba only for float64: its float32 arithmetic would promote Python scalars to float64
     # where NumPy keeps float32, and the two paths must agree.
@@ -187,8 +191,15 @@ def _run(name, elem, arrays, scalars):
         out = elem(*arrays, *scalars)
         return tuple(np.asarray(o, dtype=p.dtype) for o in out)
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
-    outs = tuple(np.empty(p.size, dtype=p.dtype) for _ in range(len(arrays) - 1))
-    getattr(loops, name)(*flat, *outs, *scalars)
+    outs = tuple(spare.empty(p.size, p.dtype) for _ in range(len(arrays) - 1))
+    loop = getattr(loops, name)
+    if p.size < LOOP_SPLIT:
+        loop(*flat, *outs, *scalars)
+    else:  # memory-bound: blocks on the cpu workers (the loops release the GIL)
+        from caramba.backends.cpu import workers
+
+        arrs = flat + list(outs)
+        workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), workers.blocks(p.size, workers.count()))
     return tuple(o.reshape(p.shape) for o in outs)
 
 
@@ -198,13 +209,14 @@ def _f(x) -> float:
 
 @kernel("train.optimizer.sgd", FLOAT)
 def _sgd(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     mom, damp, nest, wd = a["momentum"], a["dampening"], a["nesterov"], a["weight_decay"]
     if mom == 0.0:  # no buffer: p stands in for it and its copy is dropped
-        return lambda p, g, lr, gs: _run("sgd", sgd_elem, (p, g, p), (_f(lr), _f(gs), mom, damp, nest, wd))[0]
+        return lambda p, g, lr, gs: _run(spare, "sgd", sgd_elem, (p, g, p), (_f(lr), _f(gs), mom, damp, nest, wd))[0]
 
     def sgd_momentum(p, g, lr, gs, buf):
-        return _run("sgd", sgd_elem, (p, g, buf), (_f(lr), _f(gs), mom, damp, nest, wd))
+        return _run(spare, "sgd", sgd_elem, (p, g, buf), (_f(lr), _f(gs), mom, damp, nest, wd))
 
     return sgd_momentum
 
@@ -215,12 +227,13 @@ def _bias(b, step):
 
 @kernel("train.optimizer.adam", STEPPED)
 def _adam(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     b1, b2, eps, wd, dec = a["beta1"], a["beta2"], a["eps"], a["weight_decay"], a["decoupled"]
 
     def adam(p, g, lr, gs, step, m, v):
         lr = _f(lr)
-        return _run("adam", adam_elem, (p, g, m, v),
+        return _run(spare, "adam", adam_elem, (p, g, m, v),
                     (lr, _f(gs), b1, b2, eps, wd, dec, lr / _bias(b1, step), math.sqrt(_bias(b2, step))))
 
     return adam
@@ -228,40 +241,44 @@ def _adam(node, ins):
 
 @kernel("train.optimizer.adamax", STEPPED)
 def _adamax(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
 
     def adamax(p, g, lr, gs, step, m, u):
-        return _run("adamax", adamax_elem, (p, g, m, u), (_f(gs), b1, b2, eps, wd, _f(lr) / _bias(b1, step)))
+        return _run(spare, "adamax", adamax_elem, (p, g, m, u), (_f(gs), b1, b2, eps, wd, _f(lr) / _bias(b1, step)))
 
     return adamax
 
 
 @kernel("train.optimizer.rmsprop", FLOAT)
 def _rmsprop(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     alpha, eps, mom, wd = a["alpha"], a["eps"], a["momentum"], a["weight_decay"]
     if mom == 0.0:
-        return lambda p, g, lr, gs, v: _run("rmsprop", rmsprop_elem, (p, g, v, p), (_f(lr), _f(gs), alpha, eps, mom, wd))[:2]
+        return lambda p, g, lr, gs, v: _run(spare, "rmsprop", rmsprop_elem, (p, g, v, p), (_f(lr), _f(gs), alpha, eps, mom, wd))[:2]
 
     def rmsprop_momentum(p, g, lr, gs, v, buf):
-        return _run("rmsprop", rmsprop_elem, (p, g, v, buf), (_f(lr), _f(gs), alpha, eps, mom, wd))
+        return _run(spare, "rmsprop", rmsprop_elem, (p, g, v, buf), (_f(lr), _f(gs), alpha, eps, mom, wd))
 
     return rmsprop_momentum
 
 
 @kernel("train.optimizer.adagrad", FLOAT)
 def _adagrad(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     eps, wd = a["eps"], a["weight_decay"]
-    return lambda p, g, lr, gs, s: _run("adagrad", adagrad_elem, (p, g, s), (_f(lr), _f(gs), eps, wd))
+    return lambda p, g, lr, gs, s: _run(spare, "adagrad", adagrad_elem, (p, g, s), (_f(lr), _f(gs), eps, wd))
 
 
 @kernel("train.optimizer.lion", FLOAT)
 def _lion(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     b1, b2, wd = a["beta1"], a["beta2"], a["weight_decay"]
-    return lambda p, g, lr, gs, m: _run("lion", lion_elem, (p, g, m), (_f(lr), _f(gs), b1, b2, wd))
+    return lambda p, g, lr, gs, m: _run(spare, "lion", lion_elem, (p, g, m), (_f(lr), _f(gs), b1, b2, wd))
 
 
 def _norm(x):
@@ -271,11 +288,12 @@ def _norm(x):
 
 @kernel("train.optimizer.lamb", STEPPED)
 def _lamb(node, ins):
+    spare = Spare(SPARE_KEEP)
     a = node.attrs
     b1, b2, eps, wd = a["beta1"], a["beta2"], a["eps"], a["weight_decay"]
 
     def lamb(p, g, lr, gs, step, m, v):
-        r, m2, v2 = _run("lamb_dir", lamb_dir_elem, (p, g, m, v), (_f(gs), b1, b2, eps, wd, _bias(b1, step), _bias(b2, step)))
+        r, m2, v2 = _run(spare, "lamb_dir", lamb_dir_elem, (p, g, m, v), (_f(gs), b1, b2, eps, wd, _bias(b1, step), _bias(b2, step)))
         pn, rn = _norm(p), _norm(r)
         trust = pn / rn if pn > 0.0 and rn > 0.0 else 1.0
         return (p - (_f(lr) * trust) * r).astype(p.dtype, copy=False), m2, v2
