@@ -67,6 +67,25 @@ def test_results_of_earlier_runs_stay_valid(ox):
     assert a.download().tolist() == [2.0] * 3 and b.download().tolist() == [10.0] * 3
 
 
+def test_released_outputs_are_reused_and_held_ones_never_written(ox):
+    g = caramba.trace(lambda x: x * 2.0, ((3,), "float64"))
+    exe = ox.compile(g)
+    x1, x5 = ox.upload(np.ones(3)), ox.upload(np.full(3, 5.0))
+    held = exe.run({"x": x1})["out"]
+    for x in (x5, x1, x5, x1):  # the input binding changes back and forth
+        last = exe.run({"x": x})["out"].download()
+    assert last.tolist() == [2.0] * 3 and held.download().tolist() == [2.0] * 3
+    first = exe.run({"x": x5})["out"]
+    value_id = id(first.value)  # the executable keeps the object: the id stays its own
+    del first
+    again = exe.run({"x": x1})["out"]
+    assert id(again.value) == value_id  # released: ORT wrote into it instead of allocating
+    assert again.download().tolist() == [2.0] * 3 and held.download().tolist() == [2.0] * 3
+    keep = again.download()
+    third = exe.run({"x": x5})["out"]
+    assert third.value is not again.value and again.download().tolist() == keep.tolist()
+
+
 def test_state_is_bound_in_and_stored_back():
     r = compute.new("onnx")
     try:

@@ -81,6 +81,20 @@ def test_float64_without_touching_global_jax_config(xla):
     assert jax.config.jax_enable_x64 == before
 
 
+def test_cpu_runs_on_a_client_of_its_own(xla):
+    """caramba's synchronous CPU client: JAX's default devices and settings stay the user's."""
+    import jax
+
+    before = (jax.devices("cpu"), jax.config.read("jax_cpu_enable_async_dispatch"))
+    t = xla.upload(np.arange(4.0))
+    out = run(xla, caramba.trace(lambda x: x + 1.0, ((4,), "float64")), x=np.arange(4.0))["out"]
+    assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert t.array.devices() == {xla.device} and xla.device.client is not jax.devices("cpu")[0].client
+    assert (jax.devices("cpu"), jax.config.read("jax_cpu_enable_async_dispatch")) == before
+    user = jax.numpy.arange(3.0) * 2  # the user's own JAX still runs on its default device
+    assert user.devices() == {jax.devices("cpu")[0]}
+
+
 def test_dense_gelu_matches_cpu(xla, cpu):
     g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((8, 16), "float64"), ((16, 4), "float64"), ((4,), "float64"))
     rng = np.random.default_rng(0)
