@@ -11,7 +11,6 @@ one small bool vector, since XLA cannot raise from inside a computation.
 from __future__ import annotations
 
 import functools
-
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -51,7 +50,7 @@ class LoweringFailed(CarambaError):
 
 
 class XlaTensor(Tensor):
-    __slots__ = ("array", "runner", "_shape", "_dtype")
+    __slots__ = ("_dtype", "_shape", "array", "runner")
 
     def __init__(self, array: jax.Array, runner: "XlaRunner") -> None:
         self.array = array
