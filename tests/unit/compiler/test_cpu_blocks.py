@@ -57,6 +57,27 @@ def test_run_uses_the_workers_and_reraises_the_first_error():
         workers.run(bad, workers.blocks(9, 3))
 
 
+@needs_numba
+def test_native_spin_sees_a_change_made_by_another_thread_and_times_out_otherwise():
+    from caramba.backends.cpu import spin
+
+    cell = np.zeros(1, np.int64)
+    addr = cell.ctypes.data
+    assert spin.wait_change(addr, 0, 1000, 0) == 0  # nothing changed: gives up after the rounds
+    timer = threading.Timer(0.02, lambda: cell.__setitem__(0, 7))
+    timer.start()
+    assert spin.wait_change(addr, 0, 10**12, 10) == 7  # the GIL is released while it spins
+    timer.join()
+    assert spin.rounds_for(1e-4) >= 100
+
+
+def test_a_split_call_made_from_inside_a_block_runs_inline():
+    seen = []
+    workers.run(lambda lo, hi: workers.run(lambda a, b: seen.append((a, b)), [(lo, hi), (lo, hi)]),
+                workers.blocks(4, 2))
+    assert sorted(seen) == [(0, 2), (0, 2), (2, 4), (2, 4)]  # a nested split runs on its own thread
+
+
 FORK_CHILD = """
 import os
 from caramba.backends.cpu import workers

@@ -1,19 +1,18 @@
-"""Matrix products on NumPy's BLAS, with a thread policy for small ones and row blocks for
-large fused ones.
+"""Matrix products on NumPy's BLAS: row blocks on the cpu workers for large float ones, one
+BLAS thread for small ones.
 
-OpenBLAS splits even small products over all its threads, which then spin-wait for the next
-call. The cpu backend alternates BLAS calls with parallel fused kernels on Numba's OpenMP
-pool; on a small machine the two pools' spinning threads starve each other (a [128,64] MLP
-train step took 16-19 ms instead of 3.8 ms on 2 cores when another OpenMP runtime such as
-PyTorch's was loaded first). A product below ``SMALL_FLOPS`` gains nothing from BLAS threads
-there, so it runs on one: the product's shape is known when the kernel is made, so the
-choice costs one C call per product (about 0.2 µs).
+A float product of a matrix-like left operand and a 2-D right one, from ``BLOCK_FLOPS`` and
+with ``MIN_BLOCK_ROWS`` per block, runs as one-thread OpenBLAS calls on row blocks, one per
+cpu worker (``workers.py``): OpenBLAS's own pool is never woken, so its threads never spin
+against the workers (a [128,64] MLP train step once took 16-19 ms instead of 3.8 ms on 2
+cores that way). Any other product is one BLAS call: on one thread below ``SMALL_FLOPS``, on
+the count the process chose above. The choice is made from the shapes when the kernel is
+made and costs one C call per product (about 0.2 µs).
 
 The thread count is process-wide in OpenBLAS: a product running concurrently in another
 thread may briefly run on one thread too (speed only). The choice depends only on the shapes,
 so a graph's results are as reproducible as before.
 """
-
 from __future__ import annotations
 
 import functools
@@ -92,10 +91,10 @@ def chosen_threads() -> int | None:
 
 
 # A product is split in row blocks (one BLAS thread each, on the cpu workers) from this many
-# flops (a split call costs ~0.1 ms: [128,256]x[256,256] float64 went 480 -> 385 µs on 2
-# cores), when every block gets at least MIN_BLOCK_ROWS rows (fewer would repack the whole
-# right operand too often).
-BLOCK_FLOPS = 1.0e7
+# flops (a split call costs ~15 µs: [128,64]x[64,256] float64 went 105 -> 73 µs and
+# [128,256]x[256,256] 395 -> 238 µs on 2 cores), when every block gets at least MIN_BLOCK_ROWS
+# rows (fewer would repack the whole right operand too often).
+BLOCK_FLOPS = 3.0e6
 MIN_BLOCK_ROWS = 32
 
 

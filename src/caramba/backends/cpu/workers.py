@@ -2,8 +2,8 @@
 
 Large fused kernels and large matrix products are split into row blocks; each block runs as a
 serial Numba kernel (which releases the GIL) or a one-thread BLAS call, on these workers, with
-the calling thread taking the first block. Nothing else spins: the workers sleep on a queue
-between calls. The alternative, Numba's OpenMP pool next to OpenBLAS's pthreads pool, had
+the calling thread taking the first block. Idle workers spin briefly in native code without
+the GIL (``spin.py``), then sleep on a lock. The alternative, Numba's OpenMP pool next to OpenBLAS's pthreads pool, had
 both pools' idle threads spinning on the same few cores after every call, and the OpenMP
 runtime is one per process (PyTorch and Numba load the same ``libgomp.so.1``), so whichever
 library loaded it first chose the spin policy for everyone. On 2 cores with PyTorch loaded
@@ -19,6 +19,8 @@ import _thread
 import os
 import threading
 from collections.abc import Callable
+
+import numpy as np
 
 _LOCK = threading.Lock()  # guards _HELPERS
 _RUNNING = threading.Lock()  # held while a split call runs
@@ -36,42 +38,83 @@ def count() -> int:
 
 
 class _Helper:
-    """One daemon thread running one block at a time: two bare locks (``go`` released to
-    start a block, ``done`` released when it ends) cost less per call than a Future (~90 µs
-    instead of ~120 µs per split call on this 2-core VM, mostly the wake-up itself)."""
+    """One daemon thread running one block at a time.
+
+    Two bare locks hand the block over (``go``: released once per block posted; ``done``:
+    released once per block finished; each acquired exactly once per block) and a pair of
+    counters (blocks posted, blocks finished) lets both sides spin-wait in native code, without
+    the GIL (``spin.py``), for a short while before blocking on a lock: a blocked thread takes
+    ~50 µs to wake on a small VM, which a split call paid twice (start and finish)."""
 
     def __init__(self, name: str) -> None:
         self.go = _thread.allocate_lock()
         self.go.acquire()
         self.done = _thread.allocate_lock()
         self.done.acquire()
+        self.counts = np.zeros(2, np.int64)  # [blocks posted, blocks finished]
         self.job: tuple[Callable[[int, int], object], int, int] | None = None
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, name=name, daemon=True).start()
 
     def _loop(self) -> None:
+        spin, addr, seen = _SPIN, self.counts.ctypes.data, 0
         while True:
-            self.go.acquire()
+            if spin is not None:
+                spin.wait(addr, seen, spin.idle_rounds, spin.settle_rounds)  # returns as soon as a block is posted
+            self.go.acquire()  # at once when posted during the spin, else sleeps until it is
+            seen += 1
             fn, lo, hi = self.job
             self.job = None
             try:
                 fn(lo, hi)
             except BaseException as exc:  # handed to the caller, who re-raises it
                 self.error = exc
+            self.counts[1] = seen
             self.done.release()
 
     def start(self, fn: Callable[[int, int], object], lo: int, hi: int) -> None:
         self.job = (fn, lo, hi)
+        self.counts[0] += 1
         self.go.release()
 
     def wait(self) -> BaseException | None:
+        spin = _SPIN
+        if spin is not None:
+            posted = int(self.counts[0])
+            spin.wait(self.counts.ctypes.data + 8, posted - 1, spin.busy_rounds, spin.settle_rounds)
         self.done.acquire()
         err, self.error = self.error, None
         return err
 
 
+class _Spin:
+    """``spin.wait_change`` and its round counts (idle helpers spin ~0.2 ms for the next block,
+    a caller ~1 ms for its helpers to finish), or None without Numba."""
+
+    def __init__(self) -> None:
+        from caramba.backends.cpu import spin
+
+        self.wait = spin.wait_change
+        self.idle_rounds = spin.rounds_for(2e-4)
+        self.busy_rounds = 5 * self.idle_rounds
+        self.settle_rounds = max(1, self.idle_rounds // 40)  # ~5 µs: the other side drops the GIL
+
+
+def _make_spin() -> _Spin | None:
+    try:
+        return _Spin()
+    except Exception:  # no Numba (or no compiler): helpers block on their locks only
+        return None
+
+
+_SPIN: _Spin | None = None
+
+
 def _helpers(n: int) -> list[_Helper]:
+    global _SPIN
     with _LOCK:
+        if _SPIN is None and not _HELPERS:
+            _SPIN = _make_spin()
         while len(_HELPERS) < n:
             _HELPERS.append(_Helper(f"caramba-cpu-{len(_HELPERS) + 1}"))
         return _HELPERS[:n]

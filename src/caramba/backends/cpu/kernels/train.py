@@ -30,7 +30,7 @@ from caramba.ops.train import (
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
 STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
 LOOP_MIN = 512  # elements below which a few NumPy calls cost less than a Numba dispatch
-LOOP_SPLIT = 1 << 17  # elements from which an update is split over the cpu workers
+LOOP_SPLIT = 1 << 15  # elements from which an update is split over the cpu workers
 SPARE_KEEP = 8  # outputs an update kernel remembers for reuse: two runs' worth (up to 3 each)
 
 
