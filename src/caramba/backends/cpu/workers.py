@@ -88,16 +88,17 @@ class _Helper:
 
 
 class _Spin:
-    """``spin.wait_change`` and its round counts (idle helpers spin ~0.2 ms for the next block,
-    a caller ~1 ms for its helpers to finish), or None without Numba."""
+    """``spin.wait_change`` and its round counts: idle helpers spin ~0.1 ms for the next block,
+    a caller ~0.2 ms for its helpers to finish (longer spins only hold a core that a preempted
+    helper could use on a busy machine)."""
 
     def __init__(self) -> None:
         from caramba.backends.cpu import spin
 
         self.wait = spin.wait_change
-        self.idle_rounds = spin.rounds_for(2e-4)
-        self.busy_rounds = 5 * self.idle_rounds
-        self.settle_rounds = max(1, self.idle_rounds // 40)  # ~5 µs: the other side drops the GIL
+        self.idle_rounds = spin.rounds_for(1e-4)
+        self.busy_rounds = 2 * self.idle_rounds
+        self.settle_rounds = max(1, self.idle_rounds // 20)  # ~5 µs: the other side drops the GIL
 
 
 def _make_spin() -> _Spin | None:
