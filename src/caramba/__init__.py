@@ -8,10 +8,11 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-# OpenBLAS's worker threads spin for ~2^28 cycles after each multithreaded product, starving the
-# cpu backend's parallel fused kernels that follow it (dense+GELU [256,1024]x[1024,4096]: 58 ms
-# -> 48 ms on 2 cores with a short spin). OpenBLAS reads this once, when NumPy loads it, so it
-# can only be set here, before NumPy's first import; a value the user set is kept.
+# OpenBLAS's worker threads spin for ~2^28 cycles after each multithreaded product, starving
+# whatever runs next on the same cores. The cpu backend runs large products in row blocks on
+# its own workers and leaves OpenBLAS's pool asleep, but products with few rows still use that
+# pool. OpenBLAS reads this once, when NumPy loads it, so it can only be set here, before
+# NumPy's first import; a value the user set is kept.
 if "numpy" not in _sys.modules:
     _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
