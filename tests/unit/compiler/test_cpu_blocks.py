@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -43,6 +44,7 @@ def test_run_uses_the_workers_and_reraises_the_first_error():
     def fn(lo, hi):
         with lock:
             seen.append((lo, hi, threading.current_thread().name))
+        time.sleep(0.05)  # long enough for the helpers to claim their blocks
 
     workers.run(fn, workers.blocks(9, 3))
     assert sorted((lo, hi) for lo, hi, _ in seen) == [(0, 3), (3, 6), (6, 9)]
@@ -55,6 +57,26 @@ def test_run_uses_the_workers_and_reraises_the_first_error():
 
     with pytest.raises(ValueError, match="block 3"):
         workers.run(bad, workers.blocks(9, 3))
+
+
+def test_every_block_runs_exactly_once_whoever_claims_it():
+    """Tiny blocks: the caller often finishes first and takes its helpers' blocks itself."""
+    counts = [0] * 6
+    lock = threading.Lock()
+
+    def fn(lo, hi):
+        with lock:
+            for i in range(lo, hi):
+                counts[i] += 1
+
+    for _ in range(3000):
+        workers.run(fn, workers.blocks(6, 3))
+    assert counts == [3000] * 6
+    with pytest.raises(ValueError, match="block 4"):  # errors come back from a claimed block too
+        workers.run(lambda lo, hi: (_ for _ in ()).throw(ValueError(f"block {lo}")) if lo == 4 else None,
+                    workers.blocks(6, 3))
+    workers.run(fn, workers.blocks(6, 3))  # and the helpers still work afterwards
+    assert counts == [3001] * 6
 
 
 @needs_numba

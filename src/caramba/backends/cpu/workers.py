@@ -19,6 +19,7 @@ import _thread
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,14 @@ class _Helper:
     """One daemon thread running one block at a time.
 
     Two bare locks hand the block over (``go``: released once per block posted; ``done``:
-    released once per block finished; each acquired exactly once per block) and a pair of
-    counters (blocks posted, blocks finished) lets both sides spin-wait in native code, without
-    the GIL (``spin.py``), for a short while before blocking on a lock: a blocked thread takes
-    ~50 µs to wake on a small VM, which a split call paid twice (start and finish)."""
+    released once per block the helper is through with; each acquired exactly once per block)
+    and a pair of counters (blocks posted, blocks finished) lets both sides spin-wait in native
+    code, without the GIL (``spin.py``), for a short while before blocking on a lock: a blocked
+    thread takes ~50 µs to wake on a small VM, which a split call paid twice (start and finish).
+
+    A block is claimed before it runs (a non-blocking acquire of its own ``claim`` lock), by the
+    helper or, when the helper has not started it by the time the caller finished its own block
+    (preempted on a busy machine), by the caller, which then runs it itself instead of waiting."""
 
     def __init__(self, name: str) -> None:
         self.go = _thread.allocate_lock()
@@ -52,39 +57,56 @@ class _Helper:
         self.done = _thread.allocate_lock()
         self.done.acquire()
         self.counts = np.zeros(2, np.int64)  # [blocks posted, blocks finished]
-        self.job: tuple[Callable[[int, int], object], int, int] | None = None
+        self.job: tuple[Callable[[int, int], object], int, int, Any] | None = None
         self.error: BaseException | None = None
+        self.owed = False  # the caller took the last block; the helper's `done` is still to come
         threading.Thread(target=self._loop, name=name, daemon=True).start()
 
     def _loop(self) -> None:
         spin, addr, seen = _SPIN, self.counts.ctypes.data, 0
         while True:
             if spin is not None:
-                spin.wait(addr, seen, spin.idle_rounds, spin.settle_rounds)  # returns as soon as a block is posted
+                spin.wait(addr, seen, spin.idle_rounds, spin.settle_rounds)  # back when a block is posted
             self.go.acquire()  # at once when posted during the spin, else sleeps until it is
             seen += 1
-            fn, lo, hi = self.job
-            self.job = None
-            try:
-                fn(lo, hi)
-            except BaseException as exc:  # handed to the caller, who re-raises it
-                self.error = exc
+            fn, lo, hi, claim = self.job
+            if claim.acquire(False):  # not taken by the caller
+                try:
+                    fn(lo, hi)
+                except BaseException as exc:  # handed to the caller, who re-raises it
+                    self.error = exc
             self.counts[1] = seen
             self.done.release()
 
     def start(self, fn: Callable[[int, int], object], lo: int, hi: int) -> None:
-        self.job = (fn, lo, hi)
+        if self.owed:  # the helper's release for the block the caller took
+            self._await_done()
+            self.owed = False
+        self.job = (fn, lo, hi, _thread.allocate_lock())
         self.counts[0] += 1
         self.go.release()
 
-    def wait(self) -> BaseException | None:
+    def finish(self) -> BaseException | None:
+        """Run the posted block here if the helper has not claimed it, else wait for it."""
+        fn, lo, hi, claim = self.job
+        if claim.acquire(False):
+            self.owed = True
+            try:
+                fn(lo, hi)
+            except BaseException as exc:
+                return exc
+            return None
+        self._await_done()
+        err, self.error = self.error, None
+        return err
+
+    def _await_done(self) -> None:
+        """Take the helper's ``done`` for the last block posted (spinning first)."""
         spin = _SPIN
         if spin is not None:
             posted = int(self.counts[0])
             spin.wait(self.counts.ctypes.data + 8, posted - 1, spin.busy_rounds, spin.settle_rounds)
         self.done.acquire()
-        err, self.error = self.error, None
-        return err
 
 
 class _Spin:
@@ -156,7 +178,7 @@ def run(fn: Callable[[int, int], object], ranges: list[tuple[int, int]]) -> None
             fn(*ranges[0])
         except BaseException as exc:
             first = exc
-        errors = [h.wait() for h in helpers]
+        errors = [h.finish() for h in helpers]
     finally:
         _RUNNING.release()
     for e in [first, *errors]:
