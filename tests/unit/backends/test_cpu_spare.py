@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from caramba.backends.cpu.spare import Spare
+from caramba.compute.spare import Spare
 
 
 def test_an_array_someone_holds_is_never_handed_out_again():

@@ -117,6 +117,34 @@ def one_thread() -> None:
         policy.use(True)
 
 
+def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
+                dtype: DType | None = None) -> tuple[int, Callable[..., None]] | None:
+    """``(rows, run)`` when ``a @ b`` is to run in row blocks (``row_blocks``; float only), else
+    None. ``run(x, w, o, after=None)`` writes ``x @ w`` into the C-contiguous ``o`` block by block
+    on the cpu workers, one BLAS thread each, calling ``after(o2, lo, hi)`` on each block's rows
+    of the 2-D view ``o2`` right after its product (a fused epilogue, while they are in cache)."""
+    from caramba.backends.cpu import workers
+
+    parts = workers.count()
+    rows = row_blocks(a, b, out, parts) if dtype is None or dtype.is_float else 0
+    if not rows:
+        return None
+    ranges, k, n, matmul = workers.blocks(rows, parts), a[-1], out[-1], np.matmul
+
+    def run(x, w, o, after=None):
+        one_thread()
+        x2, o2 = x.reshape(rows, k), o.reshape(rows, n)  # o is C-contiguous: a view
+
+        def block(lo, hi):
+            matmul(x2[lo:hi], w, o2[lo:hi])
+            if after is not None:
+                after(o2, lo, hi)
+
+        workers.run(block, ranges)
+
+    return rows, run
+
+
 def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
                dtype: DType | None = None) -> Callable[..., Any]:
     """``np.matmul`` for these shapes (called ``f(a, b[, out])``): a small product runs on one
@@ -125,23 +153,19 @@ def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
 
     The count is switched only when a product needs the other one, not restored after each
     call: waking OpenBLAS's pool on every restore is what makes its threads spin."""
-    from caramba.backends.cpu import workers
-
     policy = _policy()
     if policy is None:
         return np.matmul
     small = matmul_flops(a, out) < SMALL_FLOPS
     use, matmul = policy.use, np.matmul
-    rows = row_blocks(a, b, out, workers.count()) if dtype is None or dtype.is_float else 0
-    if rows:
-        ranges, run, k, n = workers.blocks(rows, workers.count()), workers.run, a[-1], out[-1]
+    blocked = row_blocked(a, b, out, dtype)
+    if blocked is not None:
+        run = blocked[1]
 
         def blocked_matmul(x, w, o=None):
             if o is None:
                 o = np.empty(out, np.result_type(x, w))
-            use(True)
-            x2, o2 = x.reshape(rows, k), o.reshape(rows, n)  # o is C-contiguous: a view
-            run(lambda lo, hi: matmul(x2[lo:hi], w, o2[lo:hi]), ranges)
+            run(x, w, o)
             return o
 
         return blocked_matmul

@@ -57,7 +57,10 @@ class _Helper:
         self.done = _thread.allocate_lock()
         self.done.acquire()
         self.counts = np.zeros(2, np.int64)  # [blocks posted, blocks finished]
+        # the block for the helper to read, and the caller's own reference to it; each side drops
+        # its reference when done, so a finished block's arrays are not kept alive by its closure
         self.job: tuple[Callable[[int, int], object], int, int, Any] | None = None
+        self.posted: tuple[Callable[[int, int], object], int, int, Any] | None = None
         self.error: BaseException | None = None
         self.owed = False  # the caller took the last block; the helper's `done` is still to come
         threading.Thread(target=self._loop, name=name, daemon=True).start()
@@ -70,11 +73,13 @@ class _Helper:
             self.go.acquire()  # at once when posted during the spin, else sleeps until it is
             seen += 1
             fn, lo, hi, claim = self.job
+            self.job = None
             if claim.acquire(False):  # not taken by the caller
                 try:
                     fn(lo, hi)
                 except BaseException as exc:  # handed to the caller, who re-raises it
                     self.error = exc
+            del fn
             self.counts[1] = seen
             self.done.release()
 
@@ -82,13 +87,14 @@ class _Helper:
         if self.owed:  # the helper's release for the block the caller took
             self._await_done()
             self.owed = False
-        self.job = (fn, lo, hi, _thread.allocate_lock())
+        self.job = self.posted = (fn, lo, hi, _thread.allocate_lock())
         self.counts[0] += 1
         self.go.release()
 
     def finish(self) -> BaseException | None:
         """Run the posted block here if the helper has not claimed it, else wait for it."""
-        fn, lo, hi, claim = self.job
+        fn, lo, hi, claim = self.posted
+        self.posted = None
         if claim.acquire(False):
             self.owed = True
             try:

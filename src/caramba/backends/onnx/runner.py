@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ import onnxruntime as ort
 from caramba.backends.onnx.capabilities import onnx_capabilities
 from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
+from caramba.compute.spare import Spare
 from caramba.compute.tensor import Tensor
 from caramba.errors import BackendUnavailable, CarambaError, UnsupportedOperation
 from caramba.ir.dtypes import DType
@@ -72,15 +72,6 @@ class OnnxTensor(Tensor):
         return np.array(self.value.numpy(), copy=True)
 
 
-def _released(values: list[Any]) -> Any:
-    """An OrtValue of ``values`` that only the list still holds (else None)."""
-    for i in range(len(values)):
-        v = values[i]
-        if sys.getrefcount(v) == 3:  # the list, ``v`` and getrefcount's argument
-            return v
-    return None
-
-
 _NODE_NAME = re.compile(r"Name:'([^'|]*)\|")
 
 
@@ -99,7 +90,7 @@ class OnnxExecutable(Executable):
         self._binding = self.session.io_binding()._iobinding
         self._sess = self.session._sess
         self._device = runner.ort_device
-        self._spares: list[list[Any]] = [[] for _ in self._out_names]  # OrtValues returned before
+        self._spares = [Spare(2) for _ in self._out_names]  # per output: the live value and a released one
         self._bound: list[Any] = [None] * (len(self._inputs) + len(self._state_in))
 
     @property
@@ -126,7 +117,7 @@ class OnnxExecutable(Executable):
         spares = self._spares
         taken = []
         for i, onnx_name in enumerate(self._out_names):
-            v = _released(spares[i])
+            v = spares[i].take()
             if v is None:
                 b.bind_output(onnx_name, self._device)
             else:
@@ -143,9 +134,7 @@ class OnnxExecutable(Executable):
             values = [ort.OrtValue(vec[i]) if v is None else v for i, v in enumerate(taken)]
         for i, v in enumerate(taken):
             if v is None:
-                spares[i].append(values[i])
-                if len(spares[i]) > 2:  # the live value and a released one
-                    del spares[i][0]
+                spares[i].keep(values[i])
         runner = self.runner
         n = len(self._outputs)
         for i, (name, _, t) in enumerate(self._state_out):

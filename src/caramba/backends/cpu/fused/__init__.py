@@ -137,34 +137,24 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     call and then the epilogue on the rows it just wrote, while they are warm in cache, with
     no second thread pool waking up (``workers.py``). Otherwise one BLAS call, then the
     epilogue (itself split in blocks when it is large)."""
-    from caramba.backends.cpu import blas, workers
+    from caramba.backends.cpu import blas
 
     from . import codegen
 
     x_t, w_t, out_t = ins[0], ins[1], node.types[0]
     bias = ins[2] if len(ins) == 3 else None
     expr = epilogue(node.attrs["activation"], bias)
-    rows = blas.row_blocks(x_t.shape, w_t.shape, out_t.shape, workers.count())
-    if rows:
+    blocked = blas.row_blocked(x_t.shape, w_t.shape, out_t.shape)
+    if blocked is not None:
+        rows, run = blocked
         flat = ValueType((rows, out_t.shape[-1]), out_t.dtype)
         epi_ins = [flat] + ([bias] if bias is not None else [])
         k = codegen.elementwise(expr, epi_ins, flat, what="fused.linear epilogue", in_place=True, split=True)
         epi = _compiled(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], blocks=False)
-        ranges = workers.blocks(rows, workers.count())
-        matmul, one_thread, run = np.matmul, blas.one_thread, workers.run
-        n_in = x_t.shape[-1]
 
         def linear(x, w, *rest):
-            out2 = rest[-1].reshape(rows, -1)
-            x2 = x.reshape(rows, n_in)
             b = rest[:-1]
-            one_thread()
-
-            def block(lo, hi):
-                matmul(x2[lo:hi], w, out2[lo:hi])
-                epi(*b, out2, lo, hi)
-
-            run(block, ranges)
+            run(x, w, rest[-1], lambda out2, lo, hi: epi(*b, out2, lo, hi))
 
         return linear
     epi_ins = [out_t] + ([bias] if bias is not None else [])

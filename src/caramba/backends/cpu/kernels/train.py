@@ -3,8 +3,9 @@ checkpoint writer.
 
 Optimizer updates run as one Numba loop over the parameter when Numba is installed (one pass
 over memory instead of a dozen; large parameters in blocks on the cpu workers, outputs in
-arrays of earlier runs nobody holds any more: ``spare.py``), else as NumPy expressions. Both evaluate the same IEEE operations in the
-same order (no contraction to FMA), so they give bit-identical results.
+arrays of earlier runs nobody holds any more: ``compute/spare.py``), else as NumPy
+expressions. Both evaluate the same IEEE operations in the same order (no contraction to FMA),
+so they give bit-identical results.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import numpy as np
 
 from caramba.backends.cpu.kernels import FLOAT, kernel
-from caramba.backends.cpu.spare import Spare
+from caramba.compute.spare import Spare
 from caramba.errors import CarambaError
 from caramba.ir.dtypes import DType
 from caramba.ops.train import (
