@@ -95,6 +95,20 @@ def test_cpu_runs_on_a_client_of_its_own(xla):
     assert user.devices() == {jax.devices("cpu")[0]}
 
 
+def test_without_a_private_client_the_shared_one_is_used_and_said(monkeypatch):
+    import jax
+    from jax._src.lib import xla_client
+
+    from caramba.backends.xla import runner as xr
+
+    def missing(**_):
+        raise AttributeError("no make_cpu_client")
+
+    monkeypatch.setattr(xla_client, "make_cpu_client", missing)
+    with pytest.warns(RuntimeWarning, match="shared CPU client.*no make_cpu_client"):
+        assert xr._cpu_device.__wrapped__() == jax.devices("cpu")[0]
+
+
 def test_dense_gelu_matches_cpu(xla, cpu):
     g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((8, 16), "float64"), ((16, 4), "float64"), ((4,), "float64"))
     rng = np.random.default_rng(0)
