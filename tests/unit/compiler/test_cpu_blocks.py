@@ -137,7 +137,15 @@ def test_openblas_is_found_and_its_thread_count_followed():
     assert blas.row_blocks((256, 1024), (3, 1024, 512), (3, 256, 512), 2) == 0  # batched weights
 
 
+def _posted(pool) -> np.ndarray:
+    from caramba.backends.cpu import native
+
+    return np.zeros(2, np.int64) if pool is None else pool.boxes[:2, native.POSTED].copy()
+
+
 def _agree(g, inputs, monkeypatch, min_split_calls):
+    """Run ``g`` split in three blocks (on the native helpers where they run, else the Python
+    ones: both are counted) and compare with the unfused graph."""
     calls = []
     real = workers.run
 
@@ -147,9 +155,13 @@ def _agree(g, inputs, monkeypatch, min_split_calls):
 
     monkeypatch.setattr(workers, "run", counting)
     runner = new("cpu")
+    pool = workers.native_pool(3)
     try:
+        before = _posted(pool)
         got = run(runner, g, inputs)
-        assert len(calls) >= min_split_calls and set(calls) == {3}, calls
+        posted = _posted(pool) - before
+        assert posted[0] == posted[1], posted  # every native split call posted a block to each helper
+        assert len(calls) + posted[0] >= min_split_calls and set(calls) <= {3}, (calls, posted)
         want = unoptimized(runner, g, inputs)
     finally:
         runner.close()

@@ -286,7 +286,9 @@ def test_state_names_are_hierarchical():
     assert opt.state_name("m", "encoder.fc1.weight") == "opt.adam.m.encoder.fc1.weight"
 
 
-@pytest.mark.parametrize("name, kwargs", [("adam", {}), ("sgd", {"momentum": 0.9})])
+@pytest.mark.parametrize("name, kwargs", [("adam", {}), ("sgd", {"momentum": 0.9}), ("sgd", {}), ("adamax", {}),
+                                          ("rmsprop", {"momentum": 0.9}), ("adagrad", {}), ("lion", {}),
+                                          ("lamb", {})])
 def test_large_updates_in_blocks_with_reused_outputs_match_the_reference(cpu, monkeypatch, name, kwargs):
     """A parameter above LOOP_SPLIT runs in blocks on the cpu workers (three here) and writes
     into outputs of two steps ago; a state tensor the caller still holds is never written."""
@@ -317,7 +319,13 @@ def test_large_updates_in_blocks_with_reused_outputs_match_the_reference(cpu, mo
             return exe
 
         monkeypatch.setattr(type(cpu), "compile", compile_and_hold)
+        from caramba.backends.cpu import native, workers
+
+        pool = workers.native_pool(3)
+        before = None if pool is None else pool.boxes[0, native.POSTED]
         got = run_update(cpu, opt, grads, init)
+        if pool is not None:  # the blocks went to the native helpers
+            assert pool.boxes[0, native.POSTED] > before
     want = reference(name, kwargs, grads, init, lambda t: lr)
     for t, (state, _) in enumerate(got):
         assert_close(state, want[t], f"{name} step {t + 1}")

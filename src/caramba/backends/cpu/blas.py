@@ -36,20 +36,50 @@ def _symbol(lib: Any, name: str) -> Any:
 
 
 @functools.cache
-def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None], int] | None:
-    """(get, set, count at first use) of the thread count of the OpenBLAS NumPy uses; None for
-    another BLAS (MKL, Accelerate, BLIS: their threads do not spin between calls the same way)."""
+def _openblas_lib() -> Any:
+    """threadpoolctl's controller of the OpenBLAS NumPy uses, or None."""
     try:
         from threadpoolctl import ThreadpoolController
 
         for lib in ThreadpoolController().select(internal_api="openblas").lib_controllers:
             if "numpy" in lib.filepath:
-                get, set_ = _symbol(lib, "openblas_get_num_threads"), _symbol(lib, "openblas_set_num_threads")
-                get.restype, set_.restype = int, None
-                return get, set_, max(1, int(get()))
-    except Exception:  # no threadpoolctl, or a build without these symbols: leave BLAS alone
+                return lib
+    except Exception:  # no threadpoolctl, or it cannot inspect this process
         return None
     return None
+
+
+@functools.cache
+def cblas_gemm() -> tuple[int, int] | None:
+    """Addresses of (dgemm, sgemm) of NumPy's OpenBLAS when it is an ILP64 build with the
+    ``64_`` symbol suffix (the int64 interface ``native.gemm_block`` calls), else None."""
+    lib = _openblas_lib()
+    if lib is None:
+        return None
+    import ctypes
+
+    for prefix in ("scipy_", ""):
+        try:
+            d, s = (getattr(lib.dynlib, f"{prefix}cblas_{t}gemm64_") for t in "ds")
+        except AttributeError:
+            continue
+        return ctypes.cast(d, ctypes.c_void_p).value, ctypes.cast(s, ctypes.c_void_p).value
+    return None
+
+
+@functools.cache
+def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None], int] | None:
+    """(get, set, count at first use) of the thread count of the OpenBLAS NumPy uses; None for
+    another BLAS (MKL, Accelerate, BLIS: their threads do not spin between calls the same way)."""
+    lib = _openblas_lib()
+    if lib is None:
+        return None
+    try:
+        get, set_ = _symbol(lib, "openblas_get_num_threads"), _symbol(lib, "openblas_set_num_threads")
+        get.restype, set_.restype = int, None
+        return get, set_, max(1, int(get()))
+    except Exception:  # a build without these symbols: leave BLAS alone
+        return None
 
 
 class _Policy:
@@ -120,9 +150,11 @@ def one_thread() -> None:
 def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
                 dtype: DType | None = None) -> tuple[int, Callable[..., None]] | None:
     """``(rows, run)`` when ``a @ b`` is to run in row blocks (``row_blocks``; float only), else
-    None. ``run(x, w, o, after=None)`` writes ``x @ w`` into the C-contiguous ``o`` block by block
-    on the cpu workers, one BLAS thread each, calling ``after(o2, lo, hi)`` on each block's rows
-    of the 2-D view ``o2`` right after its product (a fused epilogue, while they are in cache)."""
+    None. ``run(x, w, o, after=None, native_after=None)`` writes ``x @ w`` into the C-contiguous
+    ``o`` block by block on the cpu workers, one BLAS thread each, calling ``after(o2, lo, hi)``
+    on each block's rows of the 2-D view ``o2`` right after its product (a fused epilogue, while
+    they are in cache). On the native helpers the epilogue is ``native_after(o2)`` instead: (the
+    address of a ``BLOCK_SIG`` C function, its argument block), or None to use the Python path."""
     from caramba.backends.cpu import workers
 
     parts = workers.count()
@@ -130,10 +162,15 @@ def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
     if not rows:
         return None
     ranges, k, n, matmul = workers.blocks(rows, parts), a[-1], out[-1], np.matmul
+    native = _native_gemm(len(ranges), ranges)
 
-    def run(x, w, o, after=None):
+    def run(x, w, o, after=None, native_after=None):
         one_thread()
         x2, o2 = x.reshape(rows, k), o.reshape(rows, n)  # o is C-contiguous: a view
+        if native is not None and x2.ndim == w.ndim == 2:
+            epilogue = native_after(o2) if native_after is not None else (0, _NO_ARGS)
+            if epilogue is not None and native(x2, w, o2, *epilogue):
+                return
 
         def block(lo, hi):
             matmul(x2[lo:hi], w, o2[lo:hi])
@@ -143,6 +180,32 @@ def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
         workers.run(block, ranges)
 
     return rows, run
+
+
+_NO_ARGS = np.zeros(1, np.int64)
+
+
+def _native_gemm(parts: int, ranges: list[tuple[int, int]]) -> Callable[..., bool] | None:
+    """``f(x2, w, o2, epi, epi_args) -> bool``: the row-blocked product on the native helpers
+    (``native.gemm_split``; False: strides BLAS cannot take, nothing done), or None where the
+    native helpers or an ILP64 ``cblas_?gemm64_`` are not available."""
+    from caramba.backends.cpu import workers
+
+    gemm = cblas_gemm()
+    pool = workers.native_pool(parts) if gemm is not None else None
+    if pool is None:
+        return None
+    from caramba.backends.cpu import native
+
+    dgemm, sgemm = gemm
+    table, block, split = np.array(ranges, np.int64), native.gemm_block.address, native.gemm_split
+
+    def product(x2, w, o2, epi, epi_args):
+        fn = sgemm if o2.dtype == np.float32 else dgemm
+        return workers.run_native_call(lambda: split(x2, w, o2, fn, epi, epi_args, pool.boxes, table, block, pool.ctl),
+                                       lambda: False)
+
+    return product
 
 
 def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],

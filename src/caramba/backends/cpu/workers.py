@@ -166,6 +166,43 @@ def blocks(n: int, parts: int) -> list[tuple[int, int]]:
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
+def native_pool(parts: int) -> Any:
+    """The native helper pool (``native.py``) for calls split in ``parts`` blocks, or None where
+    it cannot run (no Numba, not Linux): callers then use ``run`` and these Python helpers."""
+    if parts < 2:
+        return None
+    try:
+        from caramba.backends.cpu import native
+    except ImportError:  # no Numba
+        return None
+    return native.pool(parts - 1)
+
+
+def run_native(split: Callable[..., None], arrays: tuple[Any, ...], pool: Any, ranges: np.ndarray,
+               block: int, kernel: Callable[..., None]) -> None:
+    """``split(*arrays, boxes, ranges, block, ctl)``: a generated kernel's native split call
+    (``native.run_blocks``). One split call runs at a time, as in ``run``; a call made while
+    another runs takes the whole range on its own thread (``kernel(*arrays, lo, hi)``)."""
+    if not _RUNNING.acquire(blocking=False):
+        kernel(*arrays, int(ranges[0, 0]), int(ranges[-1, 1]))
+        return
+    try:
+        split(*arrays, pool.boxes, ranges, block, pool.ctl)
+    finally:
+        _RUNNING.release()
+
+
+def run_native_call(call: Callable[[], Any], busy: Callable[[], Any]) -> Any:
+    """``call()`` (a native split call) holding the one-split-call-at-a-time lock, or
+    ``busy()`` when another split call holds it."""
+    if not _RUNNING.acquire(blocking=False):
+        return busy()
+    try:
+        return call()
+    finally:
+        _RUNNING.release()
+
+
 def run(fn: Callable[[int, int], object], ranges: list[tuple[int, int]]) -> None:
     """``fn(lo, hi)`` for every range, the first on this thread and the rest on the helper
     threads; returns when all are done and re-raises the first error. One split call runs at a

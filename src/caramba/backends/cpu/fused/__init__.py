@@ -61,28 +61,68 @@ def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[
     return ops, frozenset(patterns)
 
 
-def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint],
-              blocks: bool = True) -> Any:
-    """The callable for ``kernel``; a split kernel is run in row blocks on the cpu workers
-    (``blocks=False``: the raw ``fn(..., lo, hi)``, for a caller that blocks it itself)."""
-    from caramba.backends.cpu import workers
+class Native:
+    """A split kernel's native-helper entry points (``codegen.native_wrappers``)."""
 
-    from . import jit
+    def __init__(self, source: str, arrays: list[ValueType]) -> None:
+        from . import codegen, jit
 
-    fn = jit.load(kernel.source, kernel.name)
+        self.split, self.pack = jit.load(source, "split"), jit.load(source, "pack")
+        self.block: int = jit.load(source, "block").address
+        self.words = codegen.native_words(arrays)
+
+    def args(self, *arrays: np.ndarray) -> np.ndarray | None:
+        """The argument block of ``block`` for these arrays; None unless all are C-contiguous."""
+        for a in arrays:
+            if not a.flags.c_contiguous:
+                return None
+        block = np.empty(self.words, np.int64)
+        self.pack(*arrays, block)
+        return block
+
+
+def _load(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint],
+          native: bool) -> tuple[Any, Native | None]:
+    """(the kernel compiled for the hinted signature, its ``Native`` entry points if asked for)."""
+    from . import codegen, jit
+
+    arrays = [*in_types, *out_types]
+    source = kernel.source + (codegen.native_wrappers(arrays) if native else "")
+    fn = jit.load(source, kernel.name)
     args = [jit.array_type(t, c, ro) for t, (c, ro) in zip(in_types, hints, strict=True)]
     args += [jit.array_type(t) for t in out_types]
     if kernel.split:
         args += [jit.index_type()] * 2
     jit.specialize(fn, args)
-    if not kernel.split or not blocks:
+    return fn, (Native(source, arrays) if native else None)
+
+
+def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint]) -> Any:
+    """The callable for ``kernel``; a split kernel is run in row blocks on the cpu workers:
+    the native helpers where they run (C-contiguous arrays), else the Python ones."""
+    from caramba.backends.cpu import workers
+
+    ranges = workers.blocks(kernel.split, workers.count()) if kernel.split else []
+    pool = workers.native_pool(len(ranges)) if len(ranges) > 1 else None
+    fn, native = _load(kernel, in_types, out_types, hints, pool is not None)
+    if not ranges:
         return fn
-    ranges = workers.blocks(kernel.split, workers.count())
     if len(ranges) == 1:
         lo, hi = ranges[0]
         return lambda *arrays: fn(*arrays, lo, hi)
     run = workers.run
-    return lambda *arrays: run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
+    if native is None:
+        return lambda *arrays: run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
+    split, block, table, run_native = native.split, native.block, np.array(ranges, np.int64), workers.run_native_call
+    whole = (ranges[0][0], ranges[-1][1])
+
+    def split_call(*arrays):
+        for a in arrays:
+            if not a.flags.c_contiguous:  # the native blocks take C-contiguous arrays only
+                return run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
+        return run_native(lambda: split(*arrays, pool.boxes, table, block, pool.ctl), lambda: fn(*arrays, *whole))
+
+    return split_call
 
 
 def _elementwise(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
@@ -97,6 +137,14 @@ def _softmax(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Calla
 
     k = codegen.softmax(F.decode_expr(node.attrs["expr"]), list(ins), node.types[0], node.attrs["axis"])
     return _compiled(k, list(ins), list(node.types), hints)
+
+
+def softmax_kernel(x: ValueType, out: ValueType, axis: int) -> Callable[..., None]:
+    """``k(x, out)``: softmax along ``axis`` with no prologue (the cpu ``nn.softmax`` kernel)."""
+    from . import codegen
+
+    k = codegen.softmax(F.Expr((), 0), [x], out, axis)
+    return _compiled(k, [x], [out], [(True, False)])
 
 
 def _layer_norm_residual(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
@@ -130,6 +178,11 @@ def epilogue(activation: str, bias: ValueType | None) -> F.Expr:
     return F.Expr(tuple(steps), cur)
 
 
+def _native_after(native: Native, bias: tuple[np.ndarray, ...], out2: np.ndarray) -> tuple[int, np.ndarray] | None:
+    args = native.args(*bias, out2)
+    return None if args is None else (native.block, args)
+
+
 def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
     """BLAS matmul into the output, then the epilogue (+ bias, activation) in place.
 
@@ -137,7 +190,7 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     call and then the epilogue on the rows it just wrote, while they are warm in cache, with
     no second thread pool waking up (``workers.py``). Otherwise one BLAS call, then the
     epilogue (itself split in blocks when it is large)."""
-    from caramba.backends.cpu import blas
+    from caramba.backends.cpu import blas, workers
 
     from . import codegen
 
@@ -150,11 +203,13 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
         flat = ValueType((rows, out_t.shape[-1]), out_t.dtype)
         epi_ins = [flat] + ([bias] if bias is not None else [])
         k = codegen.elementwise(expr, epi_ins, flat, what="fused.linear epilogue", in_place=True, split=True)
-        epi = _compiled(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], blocks=False)
+        native_ok = workers.native_pool(workers.count()) is not None
+        epi, native = _load(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], native_ok)
 
         def linear(x, w, *rest):
             b = rest[:-1]
-            run(x, w, rest[-1], lambda out2, lo, hi: epi(*b, out2, lo, hi))
+            after = None if native is None else lambda out2: _native_after(native, b, out2)
+            run(x, w, rest[-1], lambda out2, lo, hi: epi(*b, out2, lo, hi), after)
 
         return linear
     epi_ins = [out_t] + ([bias] if bias is not None else [])

@@ -47,9 +47,59 @@ import math
 import numpy as np
 from numba import njit
 
-from caramba.backends.cpu.fused.runtime import erfc_fast, expit, fmax, fmin, pairwise_sum
+from caramba.backends.cpu.fused.runtime import erfc_fast, exp_fast, expit, fmax, fmin, pairwise_sum
 
 '''
+
+
+# The native wrappers call into native.py (inlined): its hash in the text, as for runtime.py.
+NATIVE_HASH = hashlib.sha256((Path(__file__).parent.parent / "native.py").read_bytes()).hexdigest()[:16]
+
+NATIVE_HEADER = '''
+
+# ---- the same kernel on the native helpers (backends/cpu/native.py ''' + NATIVE_HASH + ''')
+from numba import carray, cfunc
+
+from caramba.backends.cpu.native import BLOCK_SIG, ptr_bool, ptr_float32, ptr_float64, ptr_int32, ptr_int64, run_blocks
+
+'''
+
+
+def native_wrappers(arrays: list[ValueType]) -> str:
+    """Text appended to a split kernel ``kernel(a0, ..., an, lo, hi)`` of arrays of types
+    ``arrays``, for the native helpers (``backends/cpu/native.py``), over C-contiguous arrays:
+
+    - ``pack(a0, ..., an, a)`` writes each array's address, then its shape, into the int64
+      argument block ``a`` (``native_words(arrays)`` long);
+    - ``block(a, lo, hi)``, a C function, rebuilds the arrays from such a block and runs the
+      kernel on ``lo..hi``;
+    - ``split(a0, ..., an, boxes, ranges, fn, ctl)`` packs and runs ``fn`` (``block``'s address)
+      in row blocks on the helpers (``native.run_blocks``)."""
+    names = [f"a{k}" for k in range(len(arrays))]
+    views, fills, pos = [], [], 0
+    for name, t in zip(names, arrays, strict=True):
+        dims = [f"a[{pos + 1 + j}]" for j in range(t.rank)]
+        shape = "(" + ", ".join(dims) + ("," if t.rank == 1 else "") + ")"
+        views.append(f"carray(ptr_{t.dtype.value}(a[{pos}]), {shape})")
+        fills.append(f"    a[{pos}] = {name}.ctypes.data")
+        fills += [f"    a[{pos + 1 + j}] = {name}.shape[{j}]" for j in range(t.rank)]
+        pos += 1 + t.rank
+    args = ", ".join(names)
+    return (NATIVE_HEADER
+            + DECORATOR + f"def pack({args}, a):\n" + "\n".join(fills) + "\n\n\n"
+            + '@cfunc(BLOCK_SIG, cache=True, error_model="numpy")\n'
+            + "def block(a, lo, hi):\n"
+            + f"    kernel({', '.join(views)}, lo, hi)\n\n\n"
+            + DECORATOR
+            + f"def split({args}, boxes, ranges, fn, ctl):\n"
+            + f"    a = np.empty({native_words(arrays)}, np.int64)\n"
+            + f"    pack({args}, a)\n"
+            + "    run_blocks(boxes, ranges, fn, a.ctypes.data, ctl)\n")
+
+
+def native_words(arrays: list[ValueType]) -> int:
+    """Length of the argument block ``native_wrappers``' ``pack`` fills."""
+    return max(1, sum(1 + t.rank for t in arrays))
 
 
 @dataclass(frozen=True)
@@ -327,7 +377,8 @@ def softmax(expr: Expr, ins: list[ValueType], out: ValueType, axis: int) -> Kern
     code.add(f"m = fmax(m, out{oi})")
     code.depth -= 1
     code.open("for ia in range(na):")
-    code.add(f"out{oi} = {cast(f'math.exp(out{oi} - m)', d)}")
+    exp = "exp_fast" if d is DType.float64 else "math.exp"  # as scalar.py's math.exp
+    code.add(f"out{oi} = {cast(f'{exp}(out{oi} - m)', d)}")
     code.depth -= 1
     if last:
         row = "[" + ", ".join([var.get(k, "0") for k in range(len(shape) - 1)] + [":"]) + "]"

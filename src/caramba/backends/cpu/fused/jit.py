@@ -22,7 +22,7 @@ from caramba.ir.dtypes import DType
 from caramba.ir.types import ValueType
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, Any] = {}  # source key -> module
 
 
 def cache_dir() -> Path:
@@ -35,9 +35,9 @@ def load(source: str, name: str = "kernel") -> Any:
     """The Numba dispatcher ``name`` defined by ``source`` (compiled lazily until ``specialize``)."""
     key = hashlib.sha256(source.encode()).hexdigest()[:32]
     with _LOCK:
-        fn = _LOADED.get(key)
-        if fn is not None:
-            return fn
+        mod = _LOADED.get(key)
+        if mod is not None:
+            return getattr(mod, name)
         folder = cache_dir()
         path = folder / f"k_{key}.py"
         if not path.exists():
@@ -57,9 +57,8 @@ def load(source: str, name: str = "kernel") -> Any:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = mod
         spec.loader.exec_module(mod)
-        fn = getattr(mod, name)
-        _LOADED[key] = fn
-        return fn
+        _LOADED[key] = mod
+        return getattr(mod, name)
 
 
 def index_type() -> Any:

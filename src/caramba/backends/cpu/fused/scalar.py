@@ -112,6 +112,12 @@ def _gelu(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:
     return f"({lit(0.5, d)} * {x} * {erfc}(-{x} * {lit(SQRT1_2, d)}))"
 
 
+def _exp(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:
+    # float64: runtime.exp_fast (fdlibm's reduction, branch-free: vectorizes; < 0.8 ulp against
+    # mpmath, libm's scalar exp is < 0.51 and ~2.5x slower per element here)
+    return f"exp_fast({a[0]})" if out.dtype is DType.float64 else f"math.exp({a[0]})"
+
+
 def _leaky(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:
     x = a[0]
     return f"({x} if {x} > 0 else {lit(s.attrs['alpha'], out.dtype)} * {x})"
@@ -148,7 +154,7 @@ TABLE: dict[str, Scalar] = {
     "math.abs": Scalar(NUM, _fmt("abs({0})")),
     "math.sign": Scalar(NUM, _with_lits(_sign)),
     "math.square": Scalar(NUM, _fmt("({0} * {0})")),
-    "math.exp": Scalar(F, _fmt("math.exp({0})")),
+    "math.exp": Scalar(F, _exp),
     "math.log": Scalar(F, _fmt("math.log({0})")),
     "math.log1p": Scalar(F, _fmt("math.log1p({0})")),
     "math.expm1": Scalar(F, _fmt("math.expm1({0})")),

@@ -7,11 +7,14 @@ cached on disk.
 
 from __future__ import annotations
 
-from numba import njit
+import numpy as np
+from numba import carray, cfunc, literal_unroll, njit
 
+from caramba.backends.cpu.native import BLOCK_SIG, ptr_float64, run_blocks
 from caramba.ops import train as t
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")  # IEEE division (inf/nan), so loops vectorize
+CFUNC = dict(cache=True, error_model="numpy")
 
 _sgd = njit(inline="always", error_model="numpy")(t.sgd_elem)
 _adam = njit(inline="always", error_model="numpy")(t.adam_elem)
@@ -62,3 +65,82 @@ def lion(p, g, m, p_out, m_out, lr, gs, b1, b2, wd):
 def lamb_dir(p, g, m, v, r_out, m_out, v_out, gs, b1, b2, eps, wd, c1, c2):
     for i in range(p.size):
         r_out[i], m_out[i], v_out[i] = _lamb_dir(p[i], g[i], m[i], v[i], gs, b1, b2, eps, wd, c1, c2)
+
+
+# ---- the same loops on the cpu backend's native helpers (backends/cpu/native.py) ------------
+#
+# A block's argument block is [n, address of each array (inputs, then outputs), address of the
+# float64 scalars]; ``<rule>_block`` runs the loop on elements lo..hi, ``split`` fills the block
+# and runs one rule's blocks on the helpers.
+
+
+@njit(inline="always", error_model="numpy")
+def _v(a, i, lo, hi):
+    return carray(ptr_float64(a[1 + i]), (a[0],))[lo:hi]
+
+
+@njit(inline="always", error_model="numpy")
+def _s(a, arrays, count):
+    return carray(ptr_float64(a[1 + arrays]), (count,))
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def sgd_block(a, lo, hi):
+    s = _s(a, 5, 6)
+    sgd(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+        s[0], s[1], s[2], s[3], s[4], s[5])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def adam_block(a, lo, hi):
+    s = _s(a, 7, 9)
+    adam(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi), _v(a, 5, lo, hi),
+         _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def adamax_block(a, lo, hi):
+    s = _s(a, 7, 6)
+    adamax(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+           _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def rmsprop_block(a, lo, hi):
+    s = _s(a, 7, 6)
+    rmsprop(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+            _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def adagrad_block(a, lo, hi):
+    s = _s(a, 5, 4)
+    adagrad(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+            s[0], s[1], s[2], s[3])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def lion_block(a, lo, hi):
+    s = _s(a, 5, 5)
+    lion(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+         s[0], s[1], s[2], s[3], s[4])
+
+
+@cfunc(BLOCK_SIG, **CFUNC)
+def lamb_dir_block(a, lo, hi):
+    s = _s(a, 7, 7)
+    lamb_dir(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
+             _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5], s[6])
+
+
+@njit(nogil=True, cache=True)
+def split(arrays, scalars, boxes, ranges, fn, ctl):
+    """Run the rule whose block is at ``fn`` over ``arrays`` (flat float64, C-contiguous)."""
+    a = np.empty(len(arrays) + 2, np.int64)
+    a[0] = arrays[0].size
+    i = 1
+    for x in literal_unroll(arrays):  # a heterogeneous tuple: some inputs are read-only
+        a[i] = x.ctypes.data
+        i += 1
+    a[1 + len(arrays)] = scalars.ctypes.data
+    run_blocks(boxes, ranges, fn, a.ctypes.data, ctl)

@@ -82,12 +82,34 @@ def cross_entropy_rows(logits, labels, smoothing, what):
     return loss.astype(logits.dtype, copy=False)
 
 
+def _loss_loops():
+    try:
+        from caramba.backends.cpu.kernels import _loss_loops
+    except ImportError:  # Numba is optional: NumPy computes the same loss
+        return None
+    return _loss_loops
+
+
 @kernel("train.loss.cross_entropy", LABELED)
 def _cross_entropy(node, ins):
     red = _reduce(node)
     s = node.attrs["label_smoothing"]
     what = f"train.loss.cross_entropy node '{node.id}' labels"
-    return lambda logits, labels: red(cross_entropy_rows(logits, labels, s, what))
+    logits = ins[0]
+    loops = _loss_loops() if logits.dtype == DType.float64 and logits.rank and logits.shape[-1] else None
+    if loops is None:
+        return lambda logits, labels: red(cross_entropy_rows(logits, labels, s, what))
+    c = logits.shape[-1]
+    rows = loops.cross_entropy_rows
+
+    def cross_entropy_loop(x, labels):
+        out = np.empty(labels.shape, np.float64)
+        bad = rows(np.ascontiguousarray(x).reshape(-1, c), labels.reshape(-1), s, out.reshape(-1))
+        if bad >= 0:
+            check_labels(labels, c, what)  # raises, naming the offending labels
+        return red(out)
+
+    return cross_entropy_loop
 
 
 @kernel("train.loss.bce", FLOAT)
@@ -200,7 +222,13 @@ def _run(spare, name, elem, arrays, scalars):
         from caramba.backends.cpu import workers
 
         arrs = flat + list(outs)
-        workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), workers.blocks(p.size, workers.count()))
+        ranges = workers.blocks(p.size, workers.count())
+        pool = workers.native_pool(len(ranges))
+        if pool is None or not workers.run_native_call(
+                lambda: loops.split(tuple(arrs), np.array(scalars, np.float64), pool.boxes,
+                                    np.array(ranges, np.int64), getattr(loops, f"{name}_block").address, pool.ctl) or True,
+                lambda: False):
+            workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), ranges)
     return tuple(o.reshape(p.shape) for o in outs)
 
 

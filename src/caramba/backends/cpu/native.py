@@ -1,0 +1,358 @@
+"""Native helper threads: split work handed over and run without the GIL on either side.
+
+``workers.py``'s helpers are Python threads: to start a block a helper has to take the GIL,
+which the caller holds while it dispatches its own block, so every split call paid a GIL
+hand-off (a futex wake-up, ~20-40 µs on a small VM) before the helper started, and another
+when it finished: measured on the [128,64] MLP train step, helpers started 27 µs late (median)
+and callers waited 52 µs after their own block, ten times a step.
+
+Here a helper thread enters ``helper_loop`` once and stays in compiled code for good. A split
+call posts each block as (C function, argument block, lo, hi) into the helper's mailbox with
+atomic stores, runs its own block, then takes any block its helper has not claimed yet (a
+preempted helper does not stall the call) and waits for the rest, all in one compiled call
+(``run_blocks``). Blocks are ``cfunc``s of signature ``BLOCK_SIG``: ``block(args, lo, hi)``
+where ``args`` is an int64 array of array addresses, shapes and scalars that the block unpacks
+(``ptr_<dtype>`` + ``numba.carray``). An idle helper spins ~0.1 ms, then sleeps on a POSIX
+semaphore that the next post wakes (a Dekker hand-shake on the ``SLEEPING`` and ``POSTED``
+words, both sequentially consistent, so a post is never missed).
+
+Linux/glibc (unnamed POSIX semaphores) and Numba are required; ``available()`` says whether
+they are here, and ``workers.py`` keeps its Python helpers otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from typing import Any
+
+import numpy as np
+from llvmlite import ir as llir
+from numba import cfunc, njit, types
+from numba.extending import intrinsic
+
+from caramba.backends.cpu.spin import _load_acquire, _pause
+
+# int64 words of one helper's mailbox (a row of ``Pool.boxes``; 16 words: one cache line pair)
+POSTED, DONE, FN, ARGS, LO, HI, CLAIM, SLEEPING = range(8)
+BOX_WORDS = 16
+# words of the ``ctl`` array a split call passes to ``run_blocks``
+CTL_SEM_POST, CTL_YIELD, CTL_BUSY, CTL_SEMS, CTL_SEM_BYTES = range(5)
+SEM_BYTES = 64  # room for a sem_t (32 bytes on x86-64 glibc)
+
+BLOCK_SIG = types.void(types.CPointer(types.int64), types.int64, types.int64)
+
+_I64 = llir.IntType(64)
+
+
+def _ptr(builder, addr):
+    return builder.inttoptr(addr, _I64.as_pointer())
+
+
+@intrinsic
+def _store(typingctx, addr, value):
+    """Sequentially consistent store of an int64 (a post, or the sleeping flag)."""
+
+    def codegen(context, builder, signature, args):
+        builder.store_atomic(args[1], _ptr(builder, args[0]), "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _load(typingctx, addr):
+    """Sequentially consistent load of an int64."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(_ptr(builder, args[0]), "seq_cst", 8)
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _claim(typingctx, addr):
+    """Atomically 0 -> 1; True for the one thread that did it."""
+
+    def codegen(context, builder, signature, args):
+        pair = builder.cmpxchg(_ptr(builder, args[0]), _I64(0), _I64(1), "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return types.boolean(types.int64), codegen
+
+
+@intrinsic
+def _call_block(typingctx, fn, args, lo, hi):
+    """Call the C function at ``fn`` as ``void block(int64 *args, int64 lo, int64 hi)``."""
+
+    def codegen(context, builder, signature, a):
+        fnty = llir.FunctionType(llir.VoidType(), [_I64.as_pointer(), _I64, _I64])
+        target = builder.inttoptr(a[0], fnty.as_pointer())
+        builder.call(target, [_ptr(builder, a[1]), a[2], a[3]])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _call_c(typingctx, fn, arg):
+    """Call the C function at ``fn`` as ``int f(void *arg)`` (sem_wait, sem_post, sched_yield)."""
+
+    def codegen(context, builder, signature, a):
+        i8p = llir.IntType(8).as_pointer()
+        fnty = llir.FunctionType(llir.IntType(32), [i8p])
+        target = builder.inttoptr(a[0], fnty.as_pointer())
+        builder.call(target, [builder.inttoptr(a[1], i8p)])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
+
+
+def _pointer_intrinsic(nb_type):
+    @intrinsic
+    def as_pointer(typingctx, addr):
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(nb_type).as_pointer())
+
+        return types.CPointer(nb_type)(types.int64), codegen
+
+    return as_pointer
+
+
+# ``numba.carray(ptr_float64(address), shape)``: an array over memory named by its address
+ptr_float64 = _pointer_intrinsic(types.float64)
+ptr_float32 = _pointer_intrinsic(types.float32)
+ptr_int64 = _pointer_intrinsic(types.int64)
+ptr_int32 = _pointer_intrinsic(types.int32)
+ptr_bool = _pointer_intrinsic(types.boolean)
+
+
+@njit(nogil=True, cache=True)
+def helper_loop(box, sem, sem_wait, idle_rounds):
+    """A helper's life: wait for a post (spin, then sleep on ``sem``), run the block if it can
+    still claim it, report it done. Never returns."""
+    seen = 0
+    while True:
+        posted = seen
+        for _ in range(idle_rounds):
+            posted = _load_acquire(box + 8 * POSTED)
+            if posted != seen:
+                break
+            _pause()
+        if posted == seen:
+            _store(box + 8 * SLEEPING, 1)
+            if _load(box + 8 * POSTED) == seen:
+                _call_c(sem_wait, sem)  # the poster saw SLEEPING (or will): it posts the semaphore
+            _store(box + 8 * SLEEPING, 0)
+            continue
+        seen = posted
+        if _claim(box + 8 * CLAIM):
+            _call_block(_load(box + 8 * FN), _load(box + 8 * ARGS), _load(box + 8 * LO), _load(box + 8 * HI))
+        _store(box + 8 * DONE, seen)
+
+
+@njit(nogil=True, inline="always")
+def run_blocks(boxes, ranges, fn, args, ctl):
+    """Block i >= 1 of ``ranges`` to helper i-1, block 0 here, then every block not claimed
+    yet here too, then wait for the helpers' blocks. Inline in each generated ``split``."""
+    base = boxes.ctypes.data
+    n = ranges.shape[0]
+    for i in range(1, n):
+        box = base + 8 * BOX_WORDS * (i - 1)
+        posted = _load(box + 8 * POSTED) + 1
+        _store(box + 8 * FN, fn)
+        _store(box + 8 * ARGS, args)
+        _store(box + 8 * LO, ranges[i, 0])
+        _store(box + 8 * HI, ranges[i, 1])
+        _store(box + 8 * CLAIM, 0)
+        _store(box + 8 * POSTED, posted)
+        if _load(box + 8 * SLEEPING) != 0:
+            _call_c(ctl[CTL_SEM_POST], ctl[CTL_SEMS] + ctl[CTL_SEM_BYTES] * (i - 1))
+    _call_block(fn, args, ranges[0, 0], ranges[0, 1])
+    for i in range(1, n):
+        box = base + 8 * BOX_WORDS * (i - 1)
+        if _claim(box + 8 * CLAIM):  # not started: run it here
+            _call_block(fn, args, ranges[i, 0], ranges[i, 1])
+            continue
+        posted = _load(box + 8 * POSTED)
+        rounds = 0
+        while _load_acquire(box + 8 * DONE) != posted:
+            rounds += 1
+            if rounds < ctl[CTL_BUSY]:
+                _pause()
+            else:  # a preempted helper: let it have the core
+                _call_c(ctl[CTL_YIELD], 0)
+
+
+@njit(nogil=True, cache=True)
+def run_now(boxes, ranges, fn, args, ctl):
+    """``run_blocks`` called from Python (``args``: the int64 argument block array)."""
+    run_blocks(boxes, ranges, fn, args.ctypes.data, ctl)
+
+
+# ---- matrix products in row blocks: one-thread BLAS calls from the helpers ------------------
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+# words of a product's argument block
+(G_FN, G_F32, G_A, G_LDA, G_TA, G_B, G_LDB, G_TB, G_C, G_LDC, G_N, G_K, G_EPI, G_EPI_ARGS, G_SIZE,
+ G_WORDS) = range(16)
+
+
+def _gemm_intrinsic(real):
+    """``cblas_?gemm`` of an ILP64 OpenBLAS at a run-time address (enums int, sizes int64)."""
+
+    @intrinsic
+    def gemm(typingctx, fn, order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        def codegen(context, builder, signature, args):
+            i32, i8p = llir.IntType(32), llir.IntType(8).as_pointer()
+            fnty = llir.FunctionType(llir.VoidType(), [i32, i32, i32, _I64, _I64, _I64, real, i8p, _I64, i8p, _I64,
+                                                       real, i8p, _I64])
+            target = builder.inttoptr(args[0], fnty.as_pointer())
+            (_, order_, ta_, tb_, m_, n_, k_, alpha_, a_, lda_, b_, ldb_, beta_, c_, ldc_) = args
+            ints = [builder.trunc(v, i32) for v in (order_, ta_, tb_)]
+            scal = [builder.fptrunc(v, real) if real != llir.DoubleType() else v for v in (alpha_, beta_)]
+            ptrs = [builder.inttoptr(v, i8p) for v in (a_, b_, c_)]
+            builder.call(target, [*ints, m_, n_, k_, scal[0], ptrs[0], lda_, ptrs[1], ldb_, scal[1], ptrs[2], ldc_])
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.none(i, i, i, i, i, i, i, types.float64, i, i, i, i, types.float64, i, i), codegen
+
+    return gemm
+
+
+_dgemm = _gemm_intrinsic(llir.DoubleType())
+_sgemm = _gemm_intrinsic(llir.FloatType())
+
+
+@cfunc(BLOCK_SIG, cache=True)
+def gemm_block(a, lo, hi):
+    """Rows lo..hi of C = A @ B (one BLAS call), then the epilogue block on them, if any."""
+    if hi > lo:
+        size = a[G_SIZE]
+        rows_a = a[G_A] + (lo * size if a[G_TA] else lo * a[G_LDA] * size)
+        rows_c = a[G_C] + lo * a[G_LDC] * size
+        ta = TRANS if a[G_TA] else NO_TRANS
+        tb = TRANS if a[G_TB] else NO_TRANS
+        if a[G_F32]:
+            _sgemm(a[G_FN], ROW_MAJOR, ta, tb, hi - lo, a[G_N], a[G_K], 1.0, rows_a, a[G_LDA], a[G_B], a[G_LDB], 0.0,
+                   rows_c, a[G_LDC])
+        else:
+            _dgemm(a[G_FN], ROW_MAJOR, ta, tb, hi - lo, a[G_N], a[G_K], 1.0, rows_a, a[G_LDA], a[G_B], a[G_LDB], 0.0,
+                   rows_c, a[G_LDC])
+    if a[G_EPI] != 0:
+        _call_block(a[G_EPI], a[G_EPI_ARGS], lo, hi)
+
+
+@njit(cache=True)
+def _operand(x, a, at, ld, trans):
+    """Address, leading dimension and transposition of a 2-D BLAS operand; False if its
+    strides are not a BLAS layout (one unit stride, the other at least the row length)."""
+    size = x.itemsize
+    s0, s1 = x.strides[0], x.strides[1]
+    if s1 == size and s0 >= max(1, x.shape[1]) * size and s0 % size == 0:
+        a[ld], a[trans] = s0 // size, 0
+    elif s0 == size and s1 >= max(1, x.shape[0]) * size and s1 % size == 0:
+        a[ld], a[trans] = s1 // size, 1
+    else:
+        return False
+    a[at] = x.ctypes.data
+    return True
+
+
+@njit(nogil=True, cache=True)
+def gemm_split(x, w, o, gemm, epi, epi_args, boxes, ranges, block, ctl):
+    """o = x @ w in the row blocks of ``ranges`` on the native helpers (2-D x, w; C-contiguous
+    o), each block followed by the epilogue block ``epi`` (0: none). False, with nothing done,
+    when x or w has strides BLAS cannot take."""
+    a = np.zeros(G_WORDS, np.int64)
+    if not (_operand(x, a, G_A, G_LDA, G_TA) and _operand(w, a, G_B, G_LDB, G_TB)):
+        return False
+    a[G_FN], a[G_F32], a[G_SIZE] = gemm, x.itemsize == 4, x.itemsize
+    a[G_C], a[G_LDC], a[G_N], a[G_K] = o.ctypes.data, o.shape[1], o.shape[1], x.shape[1]
+    a[G_EPI] = epi
+    a[G_EPI_ARGS] = epi_args.ctypes.data
+    run_blocks(boxes, ranges, block, a.ctypes.data, ctl)
+    return True
+
+
+MAX_HELPERS = 255  # mailboxes are allocated for this many; threads start as they are needed
+
+
+class Pool:
+    """The native helpers of this process: mailboxes, semaphores and the threads started so far."""
+
+    def __init__(self, idle_rounds: int, busy_rounds: int, libc: ctypes.CDLL) -> None:
+        self.libc, self.idle_rounds = libc, idle_rounds
+        self.boxes = np.zeros((MAX_HELPERS, BOX_WORDS), np.int64)
+        self.sems = np.zeros((MAX_HELPERS, SEM_BYTES), np.uint8)
+        self.ctl = np.zeros(8, np.int64)
+        self.ctl[CTL_SEM_POST] = _address(libc.sem_post)
+        self.ctl[CTL_YIELD] = _address(libc.sched_yield)
+        self.ctl[CTL_BUSY] = busy_rounds
+        self.ctl[CTL_SEMS] = self.sems.ctypes.data
+        self.ctl[CTL_SEM_BYTES] = SEM_BYTES
+        self.helpers = 0
+
+    def ensure(self, helpers: int) -> None:
+        """Start helper threads until there are ``helpers`` (at most ``MAX_HELPERS``)."""
+        sem_wait = _address(self.libc.sem_wait)
+        while self.helpers < min(helpers, MAX_HELPERS):
+            i = self.helpers
+            box, sem = self.boxes[i].ctypes.data, self.sems[i].ctypes.data
+            if self.libc.sem_init(ctypes.c_void_p(sem), 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "sem_init failed")
+            threading.Thread(target=helper_loop, args=(box, sem, sem_wait, self.idle_rounds),
+                             name=f"caramba-native-{i + 1}", daemon=True).start()
+            self.helpers += 1
+
+
+def _address(c_function: Any) -> int:
+    return ctypes.cast(c_function, ctypes.c_void_p).value
+
+
+_POOL: list[Pool] = []
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    if os.uname().sysname != "Linux":  # unnamed POSIX semaphores: Linux only (macOS lacks sem_init)
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def pool(helpers: int) -> Pool | None:
+    """The native pool with at least ``helpers`` helpers started, or None where native helpers
+    cannot run here (not Linux, or ``sem_init`` failed) or more than ``MAX_HELPERS`` are asked for."""
+    libc = _libc()
+    if libc is None or not 1 <= helpers <= MAX_HELPERS:
+        return None
+    with _LOCK:
+        if not _POOL:
+            from caramba.backends.cpu.spin import rounds_for
+
+            idle = rounds_for(1e-4)
+            _POOL.append(Pool(idle, 2 * idle, libc))
+        p = _POOL[0]
+        try:
+            p.ensure(helpers)
+        except OSError:
+            return None
+        return p
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of the parent's helper threads: make a new pool when needed."""
+    global _LOCK
+    _POOL.clear()
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
