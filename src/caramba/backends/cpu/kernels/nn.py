@@ -31,7 +31,7 @@ def _softmax(node, ins):
 
     axis = norm_axis(node.attrs["axis"], ins[0].rank)
     shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
-    if fused.available() and ins[0].size:
+    if fused.available() and ins[0].size and ins[0].dtype in (DType.float64, DType.float32):
         kern = fused.softmax_kernel(ins[0], node.types[0], axis)
 
         def softmax_rows(x, out=None):
