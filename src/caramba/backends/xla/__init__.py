@@ -19,6 +19,8 @@ OPTIONS = (
     Option("cpu", "flag", "run on the PJRT CPU client built into jaxlib (default)"),
     Option("cuda", "flag", "run on a CUDA PJRT plugin (location xla:gpu); see the xla_plugin_* settings"),
     Option("donate", "flag", "donate state buffers a graph overwrites (saves a copy; old state handles become invalid)"),
+    Option("sync", "flag", "cpu: run each execution on the calling thread (a client of caramba's own): ~100 µs less "
+                           "per call for tiny graphs, slower for graphs with independent parts (train steps)"),
 )
 
 INSTALL_HINT = "pip install 'caramba[xla]'  (jax and jaxlib)"
@@ -58,6 +60,10 @@ def create(options: dict) -> "XlaRunner":  # noqa: F821
 
         raise ConfigError("backend xla takes one platform option: cpu or cuda")
     platform = "cuda" if options.get("cuda") else "cpu"
+    if options.get("sync") and platform != "cpu":
+        from caramba.errors import ConfigError
+
+        raise ConfigError("backend xla: the sync option is for the cpu platform (xla:sync or xla:cpu,sync)")
     if platform == "cuda":
         from caramba.backends.xla import plugins
 
@@ -72,4 +78,4 @@ def create(options: dict) -> "XlaRunner":  # noqa: F821
         choice = None
     from caramba.backends.xla.runner import XlaRunner
 
-    return XlaRunner(platform, plugin=choice, donate=options.get("donate", False))
+    return XlaRunner(platform, plugin=choice, donate=options.get("donate", False), sync=options.get("sync", False))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from caramba.backends.xla.capabilities import xla_capabilities
-from caramba.backends.xla.lowering import RULES, TraceContext
+from caramba.backends.xla.lowering import RULES, TraceContext, gelu_cdf_of, gelu_quotients
 from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
@@ -133,6 +133,7 @@ class _Core:
         env: dict[Ref, jax.Array] = {}
         ctx = TraceContext()
         position = {n.id: i for i, n in enumerate(graph.nodes)}
+        gelu_cdf = gelu_quotients(graph)
         for node in graph.nodes:
             if node.op == "graph.input":
                 env[Ref(node.id)] = inputs[node.id]
@@ -142,6 +143,8 @@ class _Core:
                 env[Ref(node.id)] = state[node.attrs["name"]]
             elif node.op == "state.write":
                 state[node.attrs["name"]] = env[node.inputs[0]]
+            elif node.id in gelu_cdf:  # gelu(x) / x: Phi(x) itself, which XLA shares with the forward's erfc
+                env[Ref(node.id)] = gelu_cdf_of(env[gelu_cdf[node.id]])
             else:
                 in_types = tuple(graph.type_of(r) for r in node.inputs)
                 try:
@@ -244,12 +247,12 @@ class XlaRunner(Runner):
 
     name = "xla"
 
-    def __init__(self, platform: str = "cpu", plugin: Any = None, donate: bool = False) -> None:
+    def __init__(self, platform: str = "cpu", plugin: Any = None, donate: bool = False, sync: bool = False) -> None:
         super().__init__()
         self.platform = platform
         self.plugin = plugin
         self.donate = donate
-        self.device = _device(platform, plugin)
+        self.device = _device(platform, plugin, sync)
         self.location = "xla:cpu" if platform == "cpu" else "xla:gpu"
         self.sharding = jax.sharding.SingleDeviceSharding(self.device)
         self.capabilities = xla_capabilities()
@@ -273,15 +276,17 @@ class XlaRunner(Runner):
 
 
 @functools.cache
-def _cpu_device() -> Any:
-    """The device of caramba's own PJRT CPU client, which runs each execution on the calling
-    thread (``asynchronous=False``). JAX's shared CPU client hands every execution to a worker
-    thread and back: on a small VM that costs ~100 µs a call, more than a small graph's whole
-    work (dense+GELU 8x128x256 float64: 180 µs through the shared client, 80 µs through this
-    one; large graphs are unchanged, XLA's intra-op threads still parallelize them). A client of
-    our own leaves the user's JAX configuration and default devices alone. Where jaxlib cannot
-    make one (an API change), the shared client's device is used, with a RuntimeWarning saying so
-    (the results are the same; only the per-call cost differs)."""
+def _sync_cpu_device() -> Any:
+    """The device of a PJRT CPU client of caramba's own that runs each execution on the calling
+    thread (``asynchronous=False``; the ``xla:sync`` option). JAX's shared CPU client hands
+    every execution to a worker thread and back, ~100 µs a call on a small VM, more than a tiny
+    graph's whole work (dense+GELU 8x128x256 float64: ~200 µs through the shared client, ~120
+    µs through this one). But executed inline, a program's independent parts no longer run
+    concurrently: the [128,64] MLP train step took ~1.5x as long (5.3 vs 3.6 ms median, 2 cores),
+    so the shared client stays the default. A client of our own leaves the user's JAX
+    configuration and default devices alone. Where jaxlib cannot make one (an API change), the
+    shared client's device is used, with a RuntimeWarning saying so (the results are the same;
+    only the per-call cost differs)."""
     try:
         from jax._src.lib import xla_client
 
@@ -290,16 +295,16 @@ def _cpu_device() -> Any:
         import warnings
 
         warnings.warn(
-            f"xla:cpu runs on JAX's shared CPU client (same results, ~100 µs more per call on small graphs): "
+            f"xla:sync runs on JAX's shared CPU client (same results, ~100 µs more per call on small graphs): "
             f"this jaxlib cannot make a synchronous one ({type(exc).__name__}: {exc})",
             RuntimeWarning, stacklevel=3,
         )
         return jax.devices("cpu")[0]
 
 
-def _device(platform: str, plugin: Any):
+def _device(platform: str, plugin: Any, sync: bool = False):
     if platform == "cpu":
-        return _cpu_device()
+        return _sync_cpu_device() if sync else jax.devices("cpu")[0]
     if plugin is not None and plugin.path is not None and not plugin.auto:
         from jax._src import xla_bridge
 

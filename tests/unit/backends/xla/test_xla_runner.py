@@ -81,18 +81,32 @@ def test_float64_without_touching_global_jax_config(xla):
     assert jax.config.jax_enable_x64 == before
 
 
-def test_cpu_runs_on_a_client_of_its_own(xla):
-    """caramba's synchronous CPU client: JAX's default devices and settings stay the user's."""
+def test_cpu_runs_on_jax_cpu_client_by_default(xla):
+    """The shared client runs a program's independent parts concurrently (train steps)."""
+    import jax
+
+    assert xla.device == jax.devices("cpu")[0]
+    assert xla.upload(np.arange(4.0)).array.devices() == {jax.devices("cpu")[0]}
+
+
+def test_sync_runs_on_a_client_of_its_own():
+    """``xla:sync``: caramba's synchronous CPU client; JAX's default devices and settings stay the user's."""
     import jax
 
     before = (jax.devices("cpu"), jax.config.read("jax_cpu_enable_async_dispatch"))
-    t = xla.upload(np.arange(4.0))
-    out = run(xla, caramba.trace(lambda x: x + 1.0, ((4,), "float64")), x=np.arange(4.0))["out"]
-    assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert t.array.devices() == {xla.device} and xla.device.client is not jax.devices("cpu")[0].client
-    assert (jax.devices("cpu"), jax.config.read("jax_cpu_enable_async_dispatch")) == before
-    user = jax.numpy.arange(3.0) * 2  # the user's own JAX still runs on its default device
-    assert user.devices() == {jax.devices("cpu")[0]}
+    xs = compute.new("xla:sync")
+    try:
+        t = xs.upload(np.arange(4.0))
+        out = run(xs, caramba.trace(lambda x: x + 1.0, ((4,), "float64")), x=np.arange(4.0))["out"]
+        assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert t.array.devices() == {xs.device} and xs.device.client is not jax.devices("cpu")[0].client
+        assert (jax.devices("cpu"), jax.config.read("jax_cpu_enable_async_dispatch")) == before
+        user = jax.numpy.arange(3.0) * 2  # the user's own JAX still runs on its default device
+        assert user.devices() == {jax.devices("cpu")[0]}
+    finally:
+        xs.close()
+    with pytest.raises(CarambaError, match="sync option is for the cpu platform"):
+        compute.new("xla:cuda,sync")
 
 
 def test_without_a_private_client_the_shared_one_is_used_and_said(monkeypatch):
@@ -105,8 +119,8 @@ def test_without_a_private_client_the_shared_one_is_used_and_said(monkeypatch):
         raise AttributeError("no make_cpu_client")
 
     monkeypatch.setattr(xla_client, "make_cpu_client", missing)
-    with pytest.warns(RuntimeWarning, match="shared CPU client.*no make_cpu_client"):
-        assert xr._cpu_device.__wrapped__() == jax.devices("cpu")[0]
+    with pytest.warns(RuntimeWarning, match="xla:sync runs on JAX's shared CPU client.*no make_cpu_client"):
+        assert xr._sync_cpu_device.__wrapped__() == jax.devices("cpu")[0]
 
 
 def test_dense_gelu_matches_cpu(xla, cpu):
@@ -239,3 +253,19 @@ def test_platform_options():
 def test_wait_blocks_until_ready(xla):
     t = xla.upload(np.ones(3))
     assert t.wait() is t
+
+
+def test_gelu_gradient_shares_the_forward_erfc(xla, cpu):
+    """GELU's backward divides gelu(x) by x for the cdf; xla lowers that quotient as the cdf
+    itself (the forward's erfc, which XLA then computes once) and matches the cpu gradient."""
+    from caramba.autodiff import grad_graph
+    from caramba.backends.xla.lowering import gelu_quotients
+
+    fwd = caramba.trace(lambda x: ops.sum(ops.gelu(x)), ((64,), "float64"))
+    g = grad_graph(fwd, "out", ["x"])
+    assert len(gelu_quotients(g)) == 1
+    x = np.concatenate([np.linspace(-9, 9, 63), [0.0]])
+    got = run(xla, g, x=x)
+    want = run(cpu, g, x=x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-13, atol=1e-300)
