@@ -434,8 +434,17 @@ def _flip(node, ins, ctx):
 
 
 # ---- nn -----------------------------------------------------------------------------------
+def shift_of(x, axis):
+    """The max along ``axis`` (kept), 0 where it is not finite: what softmax, log_softmax and
+    the cross-entropy subtract before exp. Rows of -inf or +inf give NaN softmax either way;
+    one spelling everywhere lets XLA's CSE share the forward loss's exp(x - m) with its
+    gradient's softmax (one exp instead of two)."""
+    m = jnp.max(x, axis=axis, keepdims=True)
+    return jnp.where(jnp.isfinite(m), m, jnp.zeros((), x.dtype))
+
+
 def softmax(x, axis):
-    e = jnp.exp(x - jnp.max(x, axis=axis, keepdims=True))
+    e = jnp.exp(x - shift_of(x, axis))
     return e / jnp.sum(e, axis=axis, keepdims=True)
 
 

@@ -14,7 +14,7 @@ import types
 import jax
 import jax.numpy as jnp
 
-from caramba.backends.xla.lowering import FLOAT, IDX, KEY, log1p, rule
+from caramba.backends.xla.lowering import FLOAT, IDX, KEY, log1p, rule, shift_of
 from caramba.ops import train as rules
 
 LABELED = FLOAT | IDX
@@ -59,8 +59,7 @@ def _check_labels(ctx, node, labels, c):
 def cross_entropy_rows(logits, labels, smoothing):
     c = logits.shape[-1]
     rows = jnp.reshape(logits, (-1, c))
-    m = jnp.max(rows, axis=1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), rows.dtype))  # -inf rows give -inf, not NaN
+    m = shift_of(rows, 1)  # -inf rows give -inf, not NaN
     lse = jnp.reshape(jnp.log(jnp.sum(jnp.exp(rows - m), axis=1)) + m[:, 0], labels.shape)
     flat = jnp.clip(jnp.reshape(labels, (-1,)).astype(jnp.int64), 0, c - 1)
     picked = jnp.reshape(jnp.take_along_axis(rows, flat[:, None], axis=1)[:, 0], labels.shape)
