@@ -20,7 +20,7 @@ from jax import lax
 from jax.scipy import special as jsp
 
 from caramba.ir.dtypes import ALL, FLOATS, INTS, NUMERIC, SIGNED_INTS, DType
-from caramba.ir.graph import Graph, Node, Ref
+from caramba.ir.graph import Node
 from caramba.ir.types import ValueType
 from caramba.ops._define import norm_axes, norm_axis
 from caramba.ops.shape import slice_plan, split_sizes
@@ -177,28 +177,7 @@ def _gelu(node, ins, ctx):
         # 0.5 * (1 + tanh(z)) == sigmoid(2z): keeps relative accuracy in the negative tail.
         return lambda x: x * jax.nn.sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
     # erfc keeps full relative accuracy in the negative tail, as in the cpu kernel.
-    return lambda x: x * gelu_cdf_of(x)
-
-
-def gelu_quotients(graph: Graph) -> dict[str, Ref]:
-    """``math.div`` nodes computing exact-GELU(x) / x (the cdf Phi(x) in GELU's gradient) ->
-    the Ref of x. Lowered as Phi(x) = erfc(-x/sqrt2)/2, the very erfc of the forward pass, which
-    XLA then computes once for both passes (as JAX's own residuals do) instead of dividing."""
-    found = {}
-    for node in graph.nodes:
-        if node.op != "math.div":
-            continue
-        num = graph.node(node.inputs[0].node)
-        if (num.op == "activation.gelu" and num.attrs["approximate"] == "none" and node.inputs[0].index == 0
-                and node.inputs[1] == num.inputs[0] and graph.type_of(node.inputs[1]) == node.types[0]):
-            found[node.id] = node.inputs[1]
-    return found
-
-
-def gelu_cdf_of(x: jax.Array) -> jax.Array:
-    # x * -sqrt(1/2), not -x * sqrt(1/2) (the same bits): the form of the gradient's
-    # exp(-(z*z)) argument, so that XLA's CSE finds one z, and erfc's own exp(-z*z), for both
-    return 0.5 * jsp.erfc(x * -SQRT1_2)
+    return lambda x: 0.5 * x * jsp.erfc(-x * SQRT1_2)
 
 
 @rule("activation.leaky_relu", FLOAT)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from caramba.backends.xla.capabilities import xla_capabilities
-from caramba.backends.xla.lowering import RULES, TraceContext, gelu_cdf_of, gelu_quotients
+from caramba.backends.xla.lowering import RULES, TraceContext
 from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
@@ -133,7 +133,6 @@ class _Core:
         env: dict[Ref, jax.Array] = {}
         ctx = TraceContext()
         position = {n.id: i for i, n in enumerate(graph.nodes)}
-        gelu_cdf = gelu_quotients(graph)
         for node in graph.nodes:
             if node.op == "graph.input":
                 env[Ref(node.id)] = inputs[node.id]
@@ -143,8 +142,6 @@ class _Core:
                 env[Ref(node.id)] = state[node.attrs["name"]]
             elif node.op == "state.write":
                 state[node.attrs["name"]] = env[node.inputs[0]]
-            elif node.id in gelu_cdf:  # gelu(x) / x: Phi(x) itself, which XLA shares with the forward's erfc
-                env[Ref(node.id)] = gelu_cdf_of(env[gelu_cdf[node.id]])
             else:
                 in_types = tuple(graph.type_of(r) for r in node.inputs)
                 try:
