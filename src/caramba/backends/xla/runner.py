@@ -52,11 +52,12 @@ class LoweringFailed(CarambaError):
 class XlaTensor(Tensor):
     __slots__ = ("_dtype", "_shape", "array", "runner")
 
-    def __init__(self, array: jax.Array, runner: "XlaRunner") -> None:
+    def __init__(self, array: jax.Array, runner: "XlaRunner", shape: tuple[int, ...] | None = None,
+                 dtype: DType | None = None) -> None:
         self.array = array
         self.runner = runner
-        self._shape: tuple[int, ...] | None = None
-        self._dtype: DType | None = None
+        self._shape = shape  # given where the graph already says it (results of a run)
+        self._dtype = dtype
 
     # Read from the jax.Array once: every run checks its inputs' types, and jax.Array's own
     # properties cost microseconds each (a third of caramba's per-call cost on small graphs).
@@ -215,6 +216,9 @@ class XlaExecutable(Executable):
         self._in_names = tuple(n.id for n in graph.inputs)  # same order as the core's
         self._state_names = core.state_names
         self._writes = core.writes
+        # results come back typed as the graph says: their tensors need not ask the jax.Array
+        self._out_types = [(t.shape, t.dtype) for t in (graph.type_of(r) for r in graph.outputs.values())]
+        self._write_types = [(graph.state[name].type.shape, graph.state[name].type.dtype) for name in core.writes]
         self._checks = [(graph.nodes[i].id, msg) for i, msg in core.checks]
         self._n_out = core.n_out
         self._n_checks = len(self._checks)
@@ -231,8 +235,9 @@ class XlaExecutable(Executable):
         runner = self.runner
         n_out = self._n_out
         for i, name in enumerate(self._writes):
-            runner.state._values[name] = XlaTensor(res[n_out + i], runner)
-        return {name: XlaTensor(res[i], runner) for i, name in enumerate(self.output_names)}
+            runner.state._values[name] = XlaTensor(res[n_out + i], runner, *self._write_types[i])
+        out_types = self._out_types
+        return {name: XlaTensor(res[i], runner, *out_types[i]) for i, name in enumerate(self.output_names)}
 
     def hlo_text(self) -> str:
         """The StableHLO module XLA compiled (what `--explain` can show)."""
