@@ -1,0 +1,62 @@
+"""The cpu backend's row kernels: softmax (the generated fused.softmax with no prologue) and the
+softmax cross-entropy (one Numba pass per row for float64), against the NumPy forms they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import caramba
+from caramba import compute, ops
+from caramba.backends.cpu.kernels.nn import softmax as numpy_softmax
+from caramba.backends.cpu.kernels.train import LabelOutOfRange, cross_entropy_rows
+from caramba.errors import CarambaError
+from caramba.train import cross_entropy
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    r = compute.new("cpu")
+    yield r
+    r.close()
+
+
+def _run(runner, g, **inputs):
+    exe = runner.compile(g)
+    out = exe.run({k: runner.upload(v) for k, v in inputs.items()})
+    return {k: v.download() for k, v in out.items()}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax_matches_numpy_with_infinite_rows(cpu, dtype, axis):
+    x = np.random.default_rng(0).standard_normal((5, 7)).astype(dtype)
+    x[1] = -np.inf  # all -inf: NaN, as NumPy gives
+    x[2, 3] = np.inf
+    g = caramba.trace(lambda x: ops.softmax(x, axis=axis), ((5, 7), dtype))
+    got = _run(cpu, g, x=x)["out"]
+    with np.errstate(invalid="ignore"):
+        want = numpy_softmax(x, axis)
+    np.testing.assert_allclose(got, want, rtol=1e-15 if dtype == "float64" else 1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_rows_match_numpy(cpu, smoothing):
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((6, 5)) * 10
+    logits[4] = -np.inf  # a row of -inf gives -inf, not NaN
+    labels = rng.integers(0, 5, 6)
+    g = caramba.trace(lambda x, y: cross_entropy(x, y, label_smoothing=smoothing, reduction="none"),
+                      ((6, 5), "float64"), ((6,), "int64"))
+    got = _run(cpu, g, x=logits, y=labels)["out"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = cross_entropy_rows(logits, labels, smoothing, "labels")
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cross_entropy_names_labels_out_of_range(cpu, dtype):
+    g = caramba.trace(lambda x, y: cross_entropy(x, y), ((3, 4), dtype), ((3,), "int64"))
+    with pytest.raises(CarambaError, match=r"labels \[4\] are outside \[0, 4\)") as err:
+        _run(cpu, g, x=np.zeros((3, 4), dtype), y=np.array([0, 4, 1]))
+    assert isinstance(err.value, LabelOutOfRange) or isinstance(err.value.__cause__, LabelOutOfRange)
