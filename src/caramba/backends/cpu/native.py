@@ -286,8 +286,11 @@ class Pool:
 
     def __init__(self, idle_rounds: int, busy_rounds: int, libc: ctypes.CDLL) -> None:
         self.libc, self.idle_rounds = libc, idle_rounds
-        self.boxes = np.zeros((MAX_HELPERS, BOX_WORDS), np.int64)
-        self.sems = np.zeros((MAX_HELPERS, SEM_BYTES), np.uint8)
+        # Mailboxes and semaphores in memory that is never freed: helper threads outlive the
+        # interpreter's teardown (daemons in compiled code), and a helper still spinning on a
+        # mailbox NumPy had freed could read a "post" from garbage and call through it.
+        self.boxes = _forever(libc, (MAX_HELPERS, BOX_WORDS), np.int64)
+        self.sems = _forever(libc, (MAX_HELPERS, SEM_BYTES), np.uint8)
         self.ctl = np.zeros(8, np.int64)
         self.ctl[CTL_SEM_POST] = _address(libc.sem_post)
         self.ctl[CTL_YIELD] = _address(libc.sched_yield)
@@ -307,6 +310,16 @@ class Pool:
             threading.Thread(target=helper_loop, args=(box, sem, sem_wait, self.idle_rounds),
                              name=f"caramba-native-{i + 1}", daemon=True).start()
             self.helpers += 1
+
+
+def _forever(libc: ctypes.CDLL, shape: tuple[int, int], dtype: Any) -> np.ndarray:
+    """A zeroed array over ``calloc`` memory that nothing frees (the array is only a view)."""
+    libc.calloc.restype, libc.calloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_size_t]
+    n = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    addr = libc.calloc(1, n)
+    if not addr:
+        raise OSError("calloc failed for the native helpers' mailboxes")
+    return np.frombuffer((ctypes.c_char * n).from_address(addr), dtype).reshape(shape)
 
 
 def _address(c_function: Any) -> int:
