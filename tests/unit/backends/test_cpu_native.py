@@ -116,3 +116,42 @@ def test_a_forked_child_starts_its_own_native_helpers():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     done = subprocess.run([sys.executable, "-c", FORK_CHILD], timeout=120, capture_output=True, text=True, cwd=root)
     assert done.returncode == 0, done.stderr  # a hang here: the child waited on its parent's helpers
+
+
+def test_concurrent_split_calls_from_two_threads_stay_correct():
+    """One split call runs on the helpers at a time; a call made meanwhile from another thread
+    runs its whole range on its own thread (fused kernels, products and updates alike)."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    import caramba
+    from caramba import compute, ops
+
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((256, 300)), rng.standard_normal((300, 400)) / 20
+    with threadpool_limits(2, user_api="blas"):
+        runner = compute.new("cpu")
+        try:
+            g = caramba.trace(lambda x, w: ops.gelu(x @ w) * 2.0 + ops.exp(x @ w * 0.1), ((256, 300), "float64"),
+                              ((300, 400), "float64"))
+            exe = runner.compile(g)
+            ins = {"x": runner.upload(x), "w": runner.upload(w)}
+            want = exe.run(ins)["out"].download()
+            errors: list[BaseException] = []
+
+            def worker():
+                try:
+                    for _ in range(20):
+                        np.testing.assert_array_equal(exe.run(ins)["out"].download(), want)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=worker) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert not errors and not any(t.is_alive() for t in threads)
+        finally:
+            runner.close()
