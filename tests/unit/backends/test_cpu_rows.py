@@ -13,18 +13,14 @@ from caramba.backends.cpu.kernels.train import LabelOutOfRange, cross_entropy_ro
 from caramba.errors import CarambaError
 from caramba.train import cross_entropy
 
+from ..compiler._util import run
+
 
 @pytest.fixture(scope="module")
 def cpu():
     r = compute.new("cpu")
     yield r
     r.close()
-
-
-def _run(runner, g, **inputs):
-    exe = runner.compile(g)
-    out = exe.run({k: runner.upload(v) for k, v in inputs.items()})
-    return {k: v.download() for k, v in out.items()}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -34,7 +30,7 @@ def test_softmax_matches_numpy_with_infinite_rows(cpu, dtype, axis):
     x[1] = -np.inf  # all -inf: NaN, as NumPy gives
     x[2, 3] = np.inf
     g = caramba.trace(lambda x: ops.softmax(x, axis=axis), ((5, 7), dtype))
-    got = _run(cpu, g, x=x)["out"]
+    got = run(cpu, g, {"x": x})["out"]
     with np.errstate(invalid="ignore"):
         want = numpy_softmax(x, axis)
     np.testing.assert_allclose(got, want, rtol=1e-15 if dtype == "float64" else 1e-6, equal_nan=True)
@@ -48,7 +44,7 @@ def test_cross_entropy_rows_match_numpy(cpu, smoothing):
     labels = rng.integers(0, 5, 6)
     g = caramba.trace(lambda x, y: cross_entropy(x, y, label_smoothing=smoothing, reduction="none"),
                       ((6, 5), "float64"), ((6,), "int64"))
-    got = _run(cpu, g, x=logits, y=labels)["out"]
+    got = run(cpu, g, {"x": logits, "y": labels})["out"]
     with np.errstate(invalid="ignore", divide="ignore"):
         want = cross_entropy_rows(logits, labels, smoothing, "labels")
     np.testing.assert_allclose(got, want, rtol=1e-14)
@@ -58,5 +54,5 @@ def test_cross_entropy_rows_match_numpy(cpu, smoothing):
 def test_cross_entropy_names_labels_out_of_range(cpu, dtype):
     g = caramba.trace(lambda x, y: cross_entropy(x, y), ((3, 4), dtype), ((3,), "int64"))
     with pytest.raises(CarambaError, match=r"labels \[4\] are outside \[0, 4\)") as err:
-        _run(cpu, g, x=np.zeros((3, 4), dtype), y=np.array([0, 4, 1]))
+        run(cpu, g, {"x": np.zeros((3, 4), dtype), "y": np.array([0, 4, 1])})
     assert isinstance(err.value, LabelOutOfRange) or isinstance(err.value.__cause__, LabelOutOfRange)

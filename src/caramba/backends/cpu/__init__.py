@@ -16,6 +16,8 @@ OPTIONS = (
 def build_info() -> BuildInfo:
     import numpy
 
+    from caramba.backends.cpu import workers
+
     versions = {"numpy": numpy.__version__}
     try:
         import scipy
@@ -28,7 +30,7 @@ def build_info() -> BuildInfo:
         True,
         location="cpu",
         versions=versions,
-        details={"machine": platform.machine(), "python": platform.python_version()},
+        details={"machine": platform.machine(), "python": platform.python_version(), "parallel work": workers.describe()},
     )
 
 

@@ -148,9 +148,9 @@ def one_thread() -> None:
 
 
 def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
-                dtype: DType | None = None) -> tuple[int, Callable[..., None]] | None:
-    """``(rows, run)`` when ``a @ b`` is to run in row blocks (``row_blocks``; float only), else
-    None. ``run(x, w, o, after=None, native_after=None)`` writes ``x @ w`` into the C-contiguous
+                dtype: DType | None = None) -> tuple[int, Callable[..., None], bool] | None:
+    """``(rows, run, native)`` when ``a @ b`` is to run in row blocks (``row_blocks``; float
+    only), else None; ``native``: its blocks can run on the native helpers. ``run(x, w, o, after=None, native_after=None)`` writes ``x @ w`` into the C-contiguous
     ``o`` block by block on the cpu workers, one BLAS thread each, calling ``after(o2, lo, hi)``
     on each block's rows of the 2-D view ``o2`` right after its product (a fused epilogue, while
     they are in cache). On the native helpers the epilogue is ``native_after(o2)`` instead: (the
@@ -179,7 +179,7 @@ def row_blocked(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
 
         workers.run(block, ranges)
 
-    return rows, run
+    return rows, run, native is not None
 
 
 _NO_ARGS = np.zeros(1, np.int64)

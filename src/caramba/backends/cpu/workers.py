@@ -166,6 +166,17 @@ def blocks(n: int, parts: int) -> list[tuple[int, int]]:
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
+def describe() -> str:
+    """Which threads run split work in this process (build info: imports nothing heavy)."""
+    import importlib.util
+    import platform
+
+    if platform.system() != "Linux" or importlib.util.find_spec("numba") is None:
+        return f"{count()} block(s) a call; Python helper threads (native helpers need Linux and Numba)"
+    return (f"{count()} block(s) a call; native helpers (compiled, no GIL); Python helper threads for "
+            "non-contiguous arrays and products on a BLAS without cblas_?gemm64_")
+
+
 def native_pool(parts: int) -> Any:
     """The native helper pool (``native.py``) for calls split in ``parts`` blocks, or None where
     it cannot run (no Numba, not Linux): callers then use ``run`` and these Python helpers."""
@@ -176,20 +187,6 @@ def native_pool(parts: int) -> Any:
     except ImportError:  # no Numba
         return None
     return native.pool(parts - 1)
-
-
-def run_native(split: Callable[..., None], arrays: tuple[Any, ...], pool: Any, ranges: np.ndarray,
-               block: int, kernel: Callable[..., None]) -> None:
-    """``split(*arrays, boxes, ranges, block, ctl)``: a generated kernel's native split call
-    (``native.run_blocks``). One split call runs at a time, as in ``run``; a call made while
-    another runs takes the whole range on its own thread (``kernel(*arrays, lo, hi)``)."""
-    if not _RUNNING.acquire(blocking=False):
-        kernel(*arrays, int(ranges[0, 0]), int(ranges[-1, 1]))
-        return
-    try:
-        split(*arrays, pool.boxes, ranges, block, pool.ctl)
-    finally:
-        _RUNNING.release()
 
 
 def run_native_call(call: Callable[[], Any], busy: Callable[[], Any]) -> Any:

@@ -190,7 +190,7 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     call and then the epilogue on the rows it just wrote, while they are warm in cache, with
     no second thread pool waking up (``workers.py``). Otherwise one BLAS call, then the
     epilogue (itself split in blocks when it is large)."""
-    from caramba.backends.cpu import blas, workers
+    from caramba.backends.cpu import blas
 
     from . import codegen
 
@@ -199,12 +199,11 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     expr = epilogue(node.attrs["activation"], bias)
     blocked = blas.row_blocked(x_t.shape, w_t.shape, out_t.shape)
     if blocked is not None:
-        rows, run = blocked
+        rows, run, native_rows = blocked
         flat = ValueType((rows, out_t.shape[-1]), out_t.dtype)
         epi_ins = [flat] + ([bias] if bias is not None else [])
         k = codegen.elementwise(expr, epi_ins, flat, what="fused.linear epilogue", in_place=True, split=True)
-        native_ok = workers.native_pool(workers.count()) is not None
-        epi, native = _load(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], native_ok)
+        epi, native = _load(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], native_rows)
 
         def linear(x, w, *rest):
             b = rest[:-1]

@@ -223,13 +223,26 @@ def _run(spare, name, elem, arrays, scalars):
 
         arrs = flat + list(outs)
         ranges = workers.blocks(p.size, workers.count())
-        pool = workers.native_pool(len(ranges))
-        if pool is None or not workers.run_native_call(
-                lambda: loops.split(tuple(arrs), np.array(scalars, np.float64), pool.boxes,
-                                    np.array(ranges, np.int64), getattr(loops, f"{name}_block").address, pool.ctl) or True,
-                lambda: False):
+        if not _on_native_helpers(loops, name, arrs, scalars, ranges):
             workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), ranges)
     return tuple(o.reshape(p.shape) for o in outs)
+
+
+def _on_native_helpers(loops, name, arrays, scalars, ranges) -> bool:
+    """Run the update's blocks on the native helpers (``<name>_block``); False, with nothing
+    done, where there are none or another split call holds them."""
+    from caramba.backends.cpu import workers
+
+    pool = workers.native_pool(len(ranges))
+    if pool is None:
+        return False
+    block = getattr(loops, f"{name}_block").address
+
+    def split() -> bool:
+        loops.split(tuple(arrays), np.array(scalars, np.float64), pool.boxes, np.array(ranges, np.int64), block, pool.ctl)
+        return True
+
+    return workers.run_native_call(split, lambda: False)
 
 
 def _f(x) -> float:
