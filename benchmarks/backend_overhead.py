@@ -17,9 +17,10 @@ cross-entropy, backward, Adam; float64). Peers, prepared as a careful user would
 * **ONNX Runtime, idiomatic model** (dense + GELU float32 only): MatMul + Add + ``Gelu``
   (opset 20) with its float32 ``Erf``. float64 has no such model (no float64 ``Erf`` kernel).
 
-Every number is the median of several samples, each the mean of back-to-back calls lasting a
-few milliseconds, caramba and its peer interleaved in one process (the machine is noisy: read
-the ratios). Results agree with each other to 1e-9 (float64) before timing.
+caramba and its peer run in one process in short alternating pairs (each sample the mean of
+back-to-back calls lasting ~10 ms); the overhead is the median of the per-pair ratios, so the
+slow load changes of a shared machine cancel out of it, and the times shown are the medians of
+the samples. Results agree with each other to 1e-9 (float64) before timing.
 """
 
 from __future__ import annotations
@@ -37,35 +38,53 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 DENSE = ((8, 128, 256), (32, 512, 1024), (256, 1024, 4096))
 QUICK_DENSE = ((8, 128, 256), (32, 512, 1024))
+PAIRS = 41
 
 
-def timed(fn: Callable[[], object], samples: int, target_s: float = 0.02) -> float:
+Row = tuple[str, str, float, float, float]  # case, "backend / peer", caramba s, peer s, median paired ratio
+
+
+def _calls_for(fn: Callable[[], object], target_s: float) -> int:
+    """How many back-to-back calls of ``fn`` last about ``target_s`` (after two warm-up calls)."""
     fn()
     fn()
     t = time.perf_counter()
     fn()
-    one = max(time.perf_counter() - t, 1e-7)
-    calls = max(1, int(target_s / one))
-    out = []
-    for _ in range(samples):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t) / calls)
-    return statistics.median(out)
+    return max(1, int(target_s / max(time.perf_counter() - t, 1e-7)))
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int, samples: int) -> dict[str, float]:
-    """Median over rounds of each implementation's time, the implementations alternating."""
-    acc: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            acc[k].append(timed(fn, samples))
-    return {k: statistics.median(v) for k, v in acc.items()}
+def _sample(fn: Callable[[], object], calls: int) -> float:
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t) / calls
+
+
+def paired(caramba: Callable[[], object], peer: Callable[[], object], pairs: int,
+           target_s: float = 0.01) -> tuple[float, float, float]:
+    """caramba and its peer timed in short back-to-back pairs, the order alternating.
+
+    Returns (median caramba time, median peer time, median of the per-pair ratios). The ratio of
+    each pair compares two samples taken ~10 ms apart, so the slow drifts of a shared machine
+    (its load changes over seconds) cancel out of it; the median of many pairs is what the
+    overhead column reports."""
+    n_c, n_p = _calls_for(caramba, target_s), _calls_for(peer, target_s)
+    tc, tp, ratios = [], [], []
+    for i in range(pairs):
+        if i % 2:
+            a = _sample(caramba, n_c)
+            b = _sample(peer, n_p)
+        else:
+            b = _sample(peer, n_p)
+            a = _sample(caramba, n_c)
+        tc.append(a)
+        tp.append(b)
+        ratios.append(a / b)
+    return statistics.median(tc), statistics.median(tp), statistics.median(ratios)
 
 
 # ---- dense + GELU -------------------------------------------------------------------------
-def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) -> list[tuple[str, str, float, float]]:
+def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
     import jax
     import jax.numpy as jnp
     import onnxruntime as ort
@@ -101,8 +120,7 @@ def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) ->
     tol = 1e-9 if dtype == "float64" else 1e-4
     np.testing.assert_allclose(exe.run(xt)["out"].download(), ref, rtol=tol, atol=tol)
     with jax.enable_x64(True):
-        t = interleaved({"caramba": caramba_xla, "peer": direct_jax}, rounds, samples)
-    rows.append((label, "xla / JAX jit", t["caramba"], t["peer"]))
+        rows.append((label, "xla / JAX jit", *paired(caramba_xla, direct_jax, pairs)))
 
     # onnx vs ORT on the same exported model
     orr = compute.new("onnx")
@@ -122,8 +140,7 @@ def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) ->
         sess.run_with_iobinding(binding)
 
     np.testing.assert_allclose(oexe.run(ot)["out"].download(), ref, rtol=tol, atol=tol)
-    t = interleaved({"caramba": caramba_onnx, "peer": direct_ort}, rounds, samples)
-    rows.append((label, "onnx / ORT same model", t["caramba"], t["peer"]))
+    rows.append((label, "onnx / ORT same model", *paired(caramba_onnx, direct_ort, pairs)))
 
     if dtype == "float32":  # the idiomatic ORT model: Gelu(opset 20) with float32 Erf
         nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"]),
@@ -144,15 +161,14 @@ def dense_case(m: int, k: int, n: int, dtype: str, rounds: int, samples: int) ->
         def idiomatic_ort():
             s2.run_with_iobinding(b2)
 
-        t = interleaved({"caramba": caramba_onnx, "peer": idiomatic_ort}, rounds, samples)
-        rows.append((label, "onnx / ORT idiomatic (Gelu op)", t["caramba"], t["peer"]))
+        rows.append((label, "onnx / ORT idiomatic (Gelu op)", *paired(caramba_onnx, idiomatic_ort, pairs)))
     xr.close()
     orr.close()
     return rows
 
 
 # ---- MLP train step -----------------------------------------------------------------------
-def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, float, float]]:
+def train_case(variant: str, pairs: int) -> list[Row]:
     import jax
 
     from benchmarks.train_step import caramba_train_step, jax_step, problem
@@ -187,8 +203,7 @@ def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, 
 
     direct_jax, _ = jax_step(prob["params"], prob["x"], prob["y"])
     with jax.enable_x64(True):
-        t = interleaved({"caramba": caramba_step("xla"), "peer": direct_jax}, rounds, samples)
-    rows.append((label, "xla:donate / JAX jit (both donate state)", t["caramba"], t["peer"]))
+        rows.append((label, "xla:donate / JAX jit (both donate state)", *paired(caramba_step("xla"), direct_jax, pairs)))
 
     exe, batch = steps["onnx"]
     sess = exe.session
@@ -204,8 +219,7 @@ def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, 
     def direct_ort():  # the same step graph; state is not fed back (ORT alone has no resident state)
         sess.run_with_iobinding(binding)
 
-    t = interleaved({"caramba": caramba_step("onnx"), "peer": direct_ort}, rounds, samples)
-    rows.append((label, "onnx / ORT same model", t["caramba"], t["peer"]))
+    rows.append((label, "onnx / ORT same model", *paired(caramba_step("onnx"), direct_ort, pairs)))
     for r in runners.values():
         r.close()
     return rows
@@ -214,19 +228,18 @@ def train_case(variant: str, rounds: int, samples: int) -> list[tuple[str, str, 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes only")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=PAIRS, help="timed caramba/peer pairs per case")
     args = ap.parse_args(argv)
     rows = []
     for m, k, n in QUICK_DENSE if args.quick else DENSE:
         for dtype in ("float64", "float32"):
-            rows += dense_case(m, k, n, dtype, args.rounds, args.samples)
+            rows += dense_case(m, k, n, dtype, args.pairs)
     for variant in ("small",) if args.quick else ("small", "wide"):
-        rows += train_case(variant, args.rounds, args.samples)
+        rows += train_case(variant, args.pairs)
     print("| case | caramba backend / peer | caramba | peer | overhead |")
     print("|---|---|---:|---:|---:|")
-    for label, pair, c, p in rows:
-        print(f"| {label} | {pair} | {c * 1e6:.1f} us | {p * 1e6:.1f} us | {100 * (c / p - 1):+.1f}% |")
+    for label, pair, c, p, ratio in rows:
+        print(f"| {label} | {pair} | {c * 1e6:.1f} us | {p * 1e6:.1f} us | {100 * (ratio - 1):+.1f}% |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from caramba.errors import GraphError
 from caramba.ir.attrs import Attr
 from caramba.ir.dtypes import FLOATS
@@ -16,6 +18,8 @@ gelu = unary(
     doc="x * Phi(x). ``approximate='none'`` is the exact erf form; 'tanh' the tanh approximation."
     " The two are different ops to the compiler: one never replaces the other.",
 )
+# Exact GELU as the backends and its gradient spell it: x * erfc(x * GELU_ERFC_SCALE) / 2.
+GELU_ERFC_SCALE = -math.sqrt(0.5)
 silu = unary("activation.silu", doc="x * sigmoid(x) (swish)")
 sigmoid = unary("activation.sigmoid", doc="1 / (1 + exp(-x))")
 selu = unary("activation.selu", doc="scale * (x if x > 0 else alpha * (exp(x) - 1)), the SNN constants")

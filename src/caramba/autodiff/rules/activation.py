@@ -7,6 +7,7 @@ import math
 from caramba import ops
 from caramba.autodiff.rules import rule
 from caramba.autodiff.rules._util import call, scalar, unbroadcast, where, zero
+from caramba.ops.activation import GELU_ERFC_SCALE
 
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -35,12 +36,14 @@ def gelu(c, ct):
     # Phi(x) = gelu(x) / x: the forward output already holds the erf, so the backward pass
     # needs only an exp. The quotient is within two ulps of Phi wherever Phi is normal (and
     # below that its absolute error is negligible); x == 0 takes Phi(0) = 1/2.
-    # (Spelling the pdf as exp(-z*z) with erfc's own z = -x/sqrt2 lets XLA share that exp with
-    # the forward's erfc, but its fusion then computes the erfc again inside the backward: the
-    # wide MLP train step under xla took 1.34x as long. Kept apart.)
+    # The pdf is spelled exp(-u*u) with erfc's own argument u = x * -1/sqrt2, which is how the
+    # exact GELU lowers under xla: XLA then computes that exp once for the forward's erfc and
+    # this pdf, and the xla lowering reads gelu(x) / x as the forward's Phi (see
+    # backends/xla/lowering.py, `_gelu`), as JAX's own GELU gradient shares both.
     y = c.y[0]
     cdf = where(ops.equal(x, zero(x)), scalar(0.5, x), y / x)
-    pdf = ops.exp(x * x * -0.5) * INV_SQRT_2PI
+    u = x * GELU_ERFC_SCALE
+    pdf = ops.exp(-(u * u)) * INV_SQRT_2PI
     return (ct * (cdf + x * pdf),)
 
 

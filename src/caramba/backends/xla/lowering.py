@@ -23,6 +23,7 @@ from caramba.ir.dtypes import ALL, FLOATS, INTS, NUMERIC, SIGNED_INTS, DType
 from caramba.ir.graph import Node
 from caramba.ir.types import ValueType
 from caramba.ops._define import norm_axes, norm_axis
+from caramba.ops.activation import GELU_ERFC_SCALE
 from caramba.ops.shape import slice_plan, split_sizes
 
 Factory = Callable[[Node, tuple[ValueType, ...], "TraceContext"], Callable[..., Any]]
@@ -43,13 +44,23 @@ KEY = frozenset({DType.int64})
 
 
 class TraceContext:
-    """What a rule may use while its graph is traced: runtime checks reported back to the host."""
+    """What a rule may use while its graph is traced: runtime checks reported back to the host,
+    and quotients a rule already knows (so a later ``math.div`` reuses them)."""
 
     def __init__(self) -> None:
         self.checks: list[tuple[Any, str, str]] = []  # (bool scalar "bad", node id, message)
+        self._quotients: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
 
     def check(self, bad: Any, node: Node, message: str) -> None:
         self.checks.append((bad, node.id, message))
+
+    def know_quotient(self, num: Any, den: Any, value: Any) -> None:
+        """``num / den`` equals ``value`` (to within the division's own rounding)."""
+        self._quotients[id(num), id(den)] = (num, den, value)  # holding them keeps the ids unique
+
+    def quotient(self, num: Any, den: Any) -> Any:
+        known = self._quotients.get((id(num), id(den)))
+        return known[2] if known is not None and known[0] is num and known[1] is den else None
 
 
 def rule(op_id: str, dtypes: frozenset[DType]) -> Callable[[Factory], Factory]:
@@ -76,7 +87,6 @@ for _op, _fn, _dt in (
     ("math.add", jnp.add, NUM),
     ("math.sub", jnp.subtract, NUM),
     ("math.mul", jnp.multiply, NUM),
-    ("math.div", jnp.true_divide, FLOAT),
     ("math.pow", jnp.power, FLOAT),
     ("math.maximum", jnp.maximum, NUM),
     ("math.minimum", jnp.minimum, NUM),
@@ -155,7 +165,6 @@ def _cast(node, ins, ctx):
 
 
 # ---- activation ---------------------------------------------------------------------------
-SQRT1_2 = math.sqrt(0.5)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -176,8 +185,29 @@ def _gelu(node, ins, ctx):
     if node.attrs["approximate"] == "tanh":
         # 0.5 * (1 + tanh(z)) == sigmoid(2z): keeps relative accuracy in the negative tail.
         return lambda x: x * jax.nn.sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
-    # erfc keeps full relative accuracy in the negative tail, as in the cpu kernel.
-    return lambda x: 0.5 * x * jsp.erfc(-x * SQRT1_2)
+    # erfc keeps full relative accuracy in the negative tail, as in the cpu kernel. Its argument
+    # u = x * GELU_ERFC_SCALE is spelled as the gradient rule spells it, and the rule's
+    # gelu(x) / x is answered with Phi(x) = erfc(u) / 2 itself: XLA then keeps erfc's exp(-u*u)
+    # and Phi from the forward pass for the backward one, as in JAX's own GELU gradient (the
+    # [128,64] MLP train step: ~10% less time than recomputing them from gelu(x) / x).
+    def gelu(x):
+        erfc = jsp.erfc(jnp.multiply(x, jnp.asarray(GELU_ERFC_SCALE, x.dtype)))
+        y = 0.5 * x * erfc
+        cdf = 0.5 * erfc
+        # gelu(x) / x is NaN at 0, at +-inf and for NaN, and Phi(x) to within 2 ulps elsewhere
+        ctx.know_quotient(y, x, jnp.where(jnp.isfinite(x) & (x != 0), cdf, jnp.nan))
+        return y
+
+    return gelu
+
+
+@rule("math.div", FLOAT)
+def _div(node, ins, ctx):
+    def div(a, b):
+        known = ctx.quotient(a, b)
+        return jnp.true_divide(a, b) if known is None else known
+
+    return div
 
 
 @rule("activation.leaky_relu", FLOAT)

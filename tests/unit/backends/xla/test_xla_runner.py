@@ -254,3 +254,68 @@ def test_wait_blocks_until_ready(xla):
     t = xla.upload(np.ones(3))
     assert t.wait() is t
 
+
+
+def _mlp_step(batch=8, sizes=(4, 6, 3)):
+    from caramba.train import MLP, Adam, TrainStep, cross_entropy
+
+    model = MLP(list(sizes), activation=lambda h: ops.gelu(h, approximate="none"))
+    return TrainStep(model, lambda m, x, y: cross_entropy(m(x), y), Adam(1e-2),
+                     {"x": ((batch, sizes[0]), "float64"), "y": ((batch,), "int64")})
+
+
+def _trainer(r, step, seed=0):
+    from caramba.train import Trainer
+
+    trainer = Trainer(step, r)
+    rng = np.random.default_rng(seed)
+    for name, p in step.model.parameters().items():
+        r.state[name] = r.upload(rng.standard_normal(p.type.shape) * 0.5)
+    return trainer
+
+
+def test_donated_state_writes_reuse_their_own_buffers():
+    # JAX pairs donated arguments with results by shape, in order: every write must land in
+    # its own state's buffer (a bias's buffer handed to an Adam moment makes XLA copy).
+    import re
+
+    r = compute.new("xla:donate")
+    try:
+        exe = _trainer(r, _mlp_step(sizes=(4, 6, 6, 3))).executable(("loss",))  # two biases of one shape
+        text = exe._compiled.as_text()
+        aliases = {int(o): int(p) for o, p in re.findall(r"\{(\d+)\}: \((\d+), \{\}, may-alias\)", text)}
+        n_in, names = len(exe._in_names), exe._state_names
+        want = {i: n_in + names.index(name) for i, name in enumerate(exe._writes)}
+        assert len(want) == 19  # 6 parameters, their 12 Adam moments and the step counter
+        assert aliases == want
+    finally:
+        r.close()
+
+
+def test_bad_label_under_donation_keeps_the_state():
+    r = compute.new("xla:donate")
+    try:
+        exe = _trainer(r, _mlp_step()).executable(("loss",))
+        x = r.upload(np.random.default_rng(1).standard_normal((8, 4)))
+        exe.run({"x": x, "y": r.upload(np.arange(8) % 3)})
+        before = {name: r.state[name].download() for name in r.state}
+        with pytest.raises(CarambaError, match="labels outside .*state unchanged"):
+            exe.run({"x": x, "y": r.upload(np.array([0, 1, 2, 3, 0, 1, 2, 0]))})
+        after = {name: r.state[name].download() for name in r.state}  # still readable: not lost
+        assert after.keys() == before.keys()
+        for name, value in before.items():
+            np.testing.assert_array_equal(after[name], value, err_msg=name)
+        exe.run({"x": x, "y": r.upload(np.arange(8) % 3)})  # and training goes on from there
+    finally:
+        r.close()
+
+
+def test_gelu_quotient_is_phi_and_keeps_the_division_at_zero_and_inf(xla, cpu):
+    # xla answers gelu(x) / x with the forward's Phi(x) (shared with the gradient): the same
+    # numbers as the division, NaN where the division is NaN.
+    g = caramba.trace(lambda x: ops.gelu(x) / x, ((12,), "float64"))
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -3.0, -0.5, 0.25, 2.0, 9.0, -30.0])
+    got, ref = run(xla, g, x=x)["out"], run(cpu, g, x=x)["out"]
+    assert np.isnan(got[:5]).all() and np.isnan(ref[:5]).all()
+    np.testing.assert_allclose(got[5:], ref[5:], rtol=1e-13, atol=0)  # as dense+gelu above: the erfc tails differ
+    np.testing.assert_allclose(got[5], 0.5, rtol=1e-15)
