@@ -28,6 +28,9 @@ class StateStore(MutableMapping[str, Tensor]):
     def __init__(self, runner: "Runner") -> None:
         self._runner = runner
         self._values: dict[str, Tensor] = {}
+        # Bumped by every change of what the store holds (and by every run, which may write):
+        # an executable whose last run left it unchanged skips re-checking its state's types.
+        self.version = 0
 
     def __getitem__(self, name: str) -> Tensor:
         try:
@@ -39,9 +42,11 @@ class StateStore(MutableMapping[str, Tensor]):
         self._runner._check_open()
         self._runner.check_tensor(value, f"state '{name}'")
         self._values[name] = value
+        self.version += 1
 
     def __delitem__(self, name: str) -> None:
         del self._values[name]
+        self.version += 1
 
     def __contains__(self, name: object) -> bool:  # Mapping's default would raise StateError
         return name in self._values
@@ -63,6 +68,7 @@ class StateStore(MutableMapping[str, Tensor]):
                 )
             t = self._runner.fill(decl.type.shape, decl.type.dtype, 0.0 if decl.init == "zeros" else 1.0)
             self._values[decl.name] = t
+            self.version += 1
         elif t.shape != decl.type.shape or t.dtype != decl.type.dtype:
             raise StateError(f"state '{decl.name}' holds {t.type} but the graph declares {decl.type}")
         return t
@@ -78,6 +84,8 @@ class Executable(ABC):
         self.report = report  # the pipeline's report (passes, diagnostics, memory plan)
         self.input_types = {n.id: n.types[0] for n in graph.inputs}
         self.output_names = tuple(graph.outputs)
+        self._state_decls = tuple(graph.state.values())
+        self._state_checked_at = -1  # the store's version after this executable's last run
 
     def run(self, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
         runner = self.runner
@@ -98,8 +106,16 @@ class Executable(ABC):
             want = types[name]
             if t.shape != want.shape or t.dtype != want.dtype:
                 raise GraphError(f"input '{name}' is {t.type} but the graph declares {want}", node=name)
-        state = {d.name: runner.state.ensure(d) for d in self.graph.state.values()}
-        return self._run(inputs, state)
+        store = runner.state
+        if store.version == self._state_checked_at:  # nothing changed since our last run
+            values = store._values
+            state = {d.name: values[d.name] for d in self._state_decls}
+        else:
+            state = {d.name: store.ensure(d) for d in self._state_decls}
+        store.version += 1  # this run may write state (with the types this graph declares)
+        out = self._run(inputs, state)
+        self._state_checked_at = store.version
+        return out
 
     @abstractmethod
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]: ...

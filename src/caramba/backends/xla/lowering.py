@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -43,16 +44,30 @@ IDX = frozenset({DType.int64, DType.int32})
 KEY = frozenset({DType.int64})
 
 
+@dataclass(frozen=True)
+class RangeCheck:
+    """A runtime check traced into the program: ``bad`` is true when ``value`` leaves [lo, hi)."""
+
+    bad: Any
+    value: Any
+    lo: int
+    hi: int
+    node: str
+    message: str
+
+
 class TraceContext:
     """What a rule may use while its graph is traced: runtime checks reported back to the host,
     and quotients a rule already knows (so a later ``math.div`` reuses them)."""
 
     def __init__(self) -> None:
-        self.checks: list[tuple[Any, str, str]] = []  # (bool scalar "bad", node id, message)
+        self.checks: list[RangeCheck] = []
         self._quotients: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
 
-    def check(self, bad: Any, node: Node, message: str) -> None:
-        self.checks.append((bad, node.id, message))
+    def check_range(self, node: Node, value: Any, lo: int, hi: int, message: str) -> None:
+        """Every element of the integer ``value`` must lie in [lo, hi), else the run raises."""
+        if value.size:
+            self.checks.append(RangeCheck(jnp.any((value < lo) | (value >= hi)), value, lo, hi, node.id, message))
 
     def know_quotient(self, num: Any, den: Any, value: Any) -> None:
         """``num / den`` equals ``value`` (to within the division's own rounding)."""
@@ -365,8 +380,7 @@ def _normalized(idx, n):
 
 
 def _index_check(ctx, node, idx, n, what):
-    if idx.size:
-        ctx.check(jnp.any((idx < -n) | (idx >= n)), node, f"{what}: indices out of range for an axis of size {n}")
+    ctx.check_range(node, idx, -n, n, f"{what}: indices out of range for an axis of size {n}")
 
 
 @rule("shape.gather", ANY)

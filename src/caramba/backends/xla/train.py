@@ -52,8 +52,7 @@ def _mse(node, ins, ctx):
 
 
 def _check_labels(ctx, node, labels, c):
-    if labels.size:
-        ctx.check(jnp.any((labels < 0) | (labels >= c)), node, f"{node.op}: labels outside [0, {c})")
+    ctx.check_range(node, labels, 0, c, f"{node.op}: labels outside [0, {c})")
 
 
 def cross_entropy_rows(logits, labels, smoothing):

@@ -319,3 +319,51 @@ def test_gelu_quotient_is_phi_and_keeps_the_division_at_zero_and_inf(xla, cpu):
     assert np.isnan(got[:5]).all() and np.isnan(ref[:5]).all()
     np.testing.assert_allclose(got[5:], ref[5:], rtol=1e-13, atol=0)  # as dense+gelu above: the erfc tails differ
     np.testing.assert_allclose(got[5], 0.5, rtol=1e-15)
+
+
+def test_a_run_after_good_runs_still_checks_everything(xla, cpu):
+    # repeated runs skip re-checking what cannot have changed; anything new is checked in full
+    from caramba.errors import GraphError
+
+    exe = xla.compile(_counter())
+    x = xla.upload(np.ones(3))
+    for _ in range(2):
+        exe.run({"x": x})
+    with pytest.raises(TransferError, match="lives on cpu"):
+        exe.run({"x": cpu.upload(np.ones(3))})
+    with pytest.raises(GraphError, match="declares"):
+        exe.run({"x": xla.upload(np.ones(4))})
+    with pytest.raises(GraphError, match="missing"):
+        exe.run({})
+    xla.state["w"] = xla.upload(np.ones(2))  # the state changed under the executable
+    with pytest.raises(StateError, match="declares"):
+        exe.run({"x": x})
+    xla.state["w"] = xla.upload(np.zeros(3))
+    assert exe.run({"x": x})["before"].download().tolist() == [0.0, 0.0, 0.0]
+    del xla.state["w"]
+
+
+def test_labels_are_checked_for_every_new_batch_under_donation():
+    r = compute.new("xla:donate")
+    try:
+        exe = _trainer(r, _mlp_step()).executable(("loss",))
+        x = r.upload(np.zeros((8, 4)))
+        good = r.upload(np.arange(8) % 3)
+        for _ in range(2):
+            exe.run({"x": x, "y": good})
+        with pytest.raises(CarambaError, match="labels outside"):
+            exe.run({"x": x, "y": r.upload(np.full(8, -1))})
+        exe.run({"x": x, "y": good})
+    finally:
+        r.close()
+
+
+def test_closed_runner_refuses_a_run_and_a_wait():
+    r = compute.new("xla")
+    exe = r.compile(_counter())
+    out = exe.run({"x": r.upload(np.ones(3))})["before"]
+    r.close()
+    with pytest.raises(RunnerClosed):
+        out.wait()
+    with pytest.raises(RunnerClosed):
+        exe.run({"x": out})
