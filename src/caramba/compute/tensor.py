@@ -15,7 +15,7 @@ Location = str  # "cpu", "xla:cpu", "onnx:cpu", "cuda:0", "webgpu:vulkan", "meta
 class Tensor(ABC):
     """A resident tensor. Leave the backend only with ``download()``/``download_float64()``."""
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)  # executables remember the inputs they checked, weakly
 
     @property
     @abstractmethod

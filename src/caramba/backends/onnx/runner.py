@@ -127,7 +127,7 @@ class OnnxExecutable(Executable):
             self._sess.run_with_iobinding(b, None)
         except Exception as exc:  # ORT raises its own exception types
             raise self._failure(exc) from None
-        if all(v is not None for v in taken):
+        if None not in taken:
             values = taken
         else:
             vec = b.get_outputs()
@@ -136,10 +136,11 @@ class OnnxExecutable(Executable):
             if v is None:
                 spares[i].keep(values[i])
         runner = self.runner
-        n = len(self._outputs)
-        for i, (name, _, t) in enumerate(self._state_out):
-            runner.state._values[name] = OnnxTensor(values[n + i], runner, t.shape, t.dtype)
-        return {name: OnnxTensor(values[i], runner, t.shape, t.dtype) for i, (name, _, t) in enumerate(self._outputs)}
+        if self._state_out:
+            store = runner.state._values
+            for (name, _, t), v in zip(self._state_out, values[len(self._outputs) :]):
+                store[name] = OnnxTensor(v, runner, t.shape, t.dtype)
+        return {name: OnnxTensor(v, runner, t.shape, t.dtype) for (name, _, t), v in zip(self._outputs, values)}
 
     def _failure(self, exc: Exception) -> CarambaError:
         text = str(exc)

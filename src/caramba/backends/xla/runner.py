@@ -53,7 +53,7 @@ class LoweringFailed(CarambaError):
 
 
 class XlaTensor(Tensor):
-    __slots__ = ("__weakref__", "_dtype", "_shape", "array", "runner")
+    __slots__ = ("_dtype", "_shape", "array", "runner")
 
     def __init__(self, array: jax.Array, runner: "XlaRunner", shape: tuple[int, ...] | None = None,
                  dtype: DType | None = None) -> None:
@@ -261,42 +261,7 @@ class XlaExecutable(Executable):
         # the flags the step itself returns are read unless the checks already ran before it
         self._read_flags = bool(self._checks) and core.preflight is None and core.host_checks is None
         self._n_writes = len(core.writes)
-        self._in_types = tuple((t.shape, t.dtype) for t in (self.input_types[n] for n in self._in_names))
-        self._checked_inputs: dict[int, weakref.ref] = {}  # check index -> the array that passed it
-        # the last inputs that passed (weakly: a dropped batch is not kept alive for this)
-        self._seen_inputs: list[weakref.ref] = [_DEAD] * len(self._in_names)
-
-    def run(self, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
-        """The common case without detours: every input an XlaTensor of this runner with the
-        declared type, and the state as this executable's last run left it. Anything else takes
-        the general path (``Executable.run``: the same checks, the errors that explain them).
-
-        Why it matters: the work done between one run's result and the next dispatch is paid
-        more than once. XLA's worker threads spin briefly, then sleep; a dispatch that comes
-        10 µs after the last result finds them asleep and waits ~20 µs more for them to wake
-        (dense+GELU 8x128x256: +14% for 10 µs of Python before the call). JAX's own dispatch
-        is C++."""
-        runner = self.runner
-        store = runner.state
-        if (runner._closed or not inputs or len(inputs) != len(self._in_names)
-                or store.version != self._state_checked_at):
-            return super().run(inputs)
-        args = []
-        seen = self._seen_inputs
-        for i, name in enumerate(self._in_names):
-            t = inputs.get(name)
-            if seen[i]() is not t:  # a tensor's runner and type never change: check each once
-                shape, dtype = self._in_types[i]
-                if t.__class__ is not XlaTensor or t.runner is not runner or t.shape != shape or t.dtype != dtype:
-                    return super().run(inputs)
-                seen[i] = weakref.ref(t)
-            args.append(t.array)
-        values = store._values
-        args += [values[n].array for n in self._state_names]  # type: ignore[attr-defined]
-        store.version += 1  # this run writes state of the declared types
-        out = self._call(args)
-        self._state_checked_at = store.version
-        return out
+        self._passed_host_checks: dict[int, weakref.ref] = {}  # check index -> the array that passed it
 
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         args = [inputs[n].array for n in self._in_names]  # type: ignore[attr-defined]
@@ -327,7 +292,7 @@ class XlaExecutable(Executable):
                                   backend=self.runner.location)
 
     def _check_on_host(self, args: list) -> None:
-        checked = self._checked_inputs
+        checked = self._passed_host_checks
         for k, (pos, lo, hi) in enumerate(self._host_checks):  # type: ignore[arg-type]
             array = args[pos]
             if checked.get(k, _DEAD)() is array:  # jax.Arrays are immutable: checked once is enough
