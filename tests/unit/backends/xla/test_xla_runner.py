@@ -118,9 +118,10 @@ def test_without_a_private_client_the_shared_one_is_used_and_said(monkeypatch):
     def missing(**_):
         raise AttributeError("no make_cpu_client")
 
+    shared = jax.devices("cpu")[0]  # JAX's own client first: it is made with make_cpu_client too
     monkeypatch.setattr(xla_client, "make_cpu_client", missing)
     with pytest.warns(RuntimeWarning, match="xla:sync runs on JAX's shared CPU client.*no make_cpu_client"):
-        assert xr._sync_cpu_device.__wrapped__() == jax.devices("cpu")[0]
+        assert xr._sync_cpu_device.__wrapped__() == shared
 
 
 def test_dense_gelu_matches_cpu(xla, cpu):
