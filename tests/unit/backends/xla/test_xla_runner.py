@@ -368,3 +368,23 @@ def test_closed_runner_refuses_a_run_and_a_wait():
         out.wait()
     with pytest.raises(RunnerClosed):
         exe.run({"x": out})
+
+
+@pytest.mark.parametrize("rows", [8, 600], ids=["shared-with-gradient", "recomputed"])
+def test_gelu_gradient_matches_cpu_either_side_of_the_sharing_limit(xla, cpu, rows):
+    # small inputs share erfc's exp and Phi with the gradient, large ones (> GELU_SHARE_BYTES)
+    # recompute the exp from gelu(x) / x: the same numbers either way
+    from caramba.autodiff import grad
+    from caramba.backends.xla.lowering import GELU_SHARE_BYTES
+
+    assert (rows * 256 * 8 > GELU_SHARE_BYTES) == (rows == 600)
+    with caramba.Graph("g") as g:
+        x = g.input("x", (rows, 256))
+        y = ops.gelu(x)
+        g.output("y", y)
+        g.output("dx", grad((y * y).sum(), x))
+    x = np.random.default_rng(3).standard_normal((rows, 256)) * 4
+    x[0, :4] = [0.0, -40.0, 40.0, -6.0]
+    got, ref = run(xla, g, x=x), run(cpu, g, x=x)
+    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(got["dx"], ref["dx"], rtol=1e-12, atol=1e-300)
