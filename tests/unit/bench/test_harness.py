@@ -100,3 +100,23 @@ def test_memory_plan_study_reports_both_variants(tmp_path):
     assert "## Study: Peak memory" in md.read_text()
     (na,) = run_studies("full", ["cpu"], only=["backend_overhead"])
     assert na.status == "n/a" and "xla" in na.notes[0]
+
+
+def test_paired_timing_reports_the_median_ratio_of_alternating_pairs():
+    import time
+
+    from benchmarks.backend_overhead import paired
+
+    def busy(seconds):
+        def run():
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        return run
+
+    order = []
+    slow, fast = busy(4e-4), busy(2e-4)
+    c, p, ratio = paired(lambda: (order.append("c"), slow()), lambda: (order.append("p"), fast()), pairs=6, target_s=0.004)
+    assert 1.5 < ratio < 2.7 and 1.5 < c / p < 2.7
+    runs = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
+    assert runs.count("c") >= 4 and runs.count("p") >= 4  # pair by pair, the order alternating
