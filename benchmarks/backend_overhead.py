@@ -14,6 +14,8 @@ cross-entropy, backward, Adam; float64). Peers, prepared as a careful user would
   every run into the same output buffers: the cheapest possible call). The ratio is caramba's
   own per-call cost: input checks, fresh output buffers (so earlier results stay valid),
   state bookkeeping.
+* **xla:sync** (small dense cases, informational): caramba's opt-in synchronous CPU client,
+  which runs a program on the calling thread instead of handing it to XLA's worker threads.
 * **ONNX Runtime, idiomatic model** (dense + GELU float32 only): MatMul + Add + ``Gelu``
   (opset 20) with its float32 ``Erf``. float64 has no such model (no float64 ``Erf`` kernel).
 
@@ -39,6 +41,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 DENSE = ((8, 128, 256), (32, 512, 1024), (256, 1024, 4096))
 QUICK_DENSE = ((8, 128, 256), (32, 512, 1024))
 PAIRS = 41
+SYNC_ROW_MAX = 1 << 20  # m*k*n up to which the dense case also times xla:sync (a dispatch-bound graph)
 
 
 Row = tuple[str, str, float, float, float]  # case, "backend / peer", caramba s, peer s, median paired ratio
@@ -121,6 +124,19 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
     np.testing.assert_allclose(exe.run(xt)["out"].download(), ref, rtol=tol, atol=tol)
     with jax.enable_x64(True):
         rows.append((label, "xla / JAX jit", *paired(caramba_xla, direct_jax, pairs)))
+
+    if m * k * n <= SYNC_ROW_MAX:  # informational: the opt-in synchronous client on a dispatch-bound graph
+        sr = compute.new("xla:sync")
+        sexe = sr.compile(g)
+        st = {"x": sr.upload(x), "w": sr.upload(w), "b": sr.upload(b)}
+
+        def caramba_xla_sync():
+            sexe.run(st)["out"].wait()
+
+        np.testing.assert_allclose(sexe.run(st)["out"].download(), ref, rtol=tol, atol=tol)
+        with jax.enable_x64(True):
+            rows.append((label, "xla:sync / JAX jit (informational)", *paired(caramba_xla_sync, direct_jax, pairs)))
+        sr.close()
 
     # onnx vs ORT on the same exported model
     orr = compute.new("onnx")
