@@ -388,3 +388,25 @@ def test_gelu_gradient_matches_cpu_either_side_of_the_sharing_limit(xla, cpu, ro
     got, ref = run(xla, g, x=x), run(cpu, g, x=x)
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-13, atol=1e-300)
     np.testing.assert_allclose(got["dx"], ref["dx"], rtol=1e-12, atol=1e-300)
+
+
+def test_computed_indices_under_donation_are_checked_before_the_step():
+    # indices the graph computes cannot be read on the host: a checks-only program runs first
+    r = compute.new("xla:donate")
+    try:
+        with caramba.Graph("acc") as g:
+            w = g.variable("w", (5,), init="zeros")
+            i = g.input("i", (2,), "int64")
+            picked = ops.gather(w, i + 1, name="pick")  # computed indices
+            g.write("w", w + 1.0)
+            g.output("y", picked)
+        exe = r.compile(g)
+        assert exe._host_checks is None and exe._preflight is not None
+        exe.run({"i": r.upload(np.array([0, 2]))})
+        with pytest.raises(CarambaError, match="out of range.*state unchanged") as info:
+            exe.run({"i": r.upload(np.array([4, 0]))})
+        assert info.value.node == "pick"
+        assert r.state["w"].download().tolist() == [1.0] * 5  # one good step; the bad one never ran
+        assert exe.run({"i": r.upload(np.array([1, 1]))})["y"].download().tolist() == [1.0, 1.0]
+    finally:
+        r.close()
