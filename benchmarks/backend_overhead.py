@@ -177,7 +177,7 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
         def idiomatic_ort():
             s2.run_with_iobinding(b2)
 
-        rows.append((label, "onnx / ORT idiomatic (Gelu op)", *paired(caramba_onnx, idiomatic_ort, pairs)))
+        rows.append((label, "onnx / ORT idiomatic Gelu op (informational)", *paired(caramba_onnx, idiomatic_ort, pairs)))
     xr.close()
     orr.close()
     return rows

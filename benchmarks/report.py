@@ -129,6 +129,26 @@ def target_rows(results: list[Result]) -> list[list[str]]:
     return rows
 
 
+# Issue 7: caramba's xla and onnx backends cost at most this much over their toolkits used directly
+# (the backend_overhead study; rows marked informational are not backend overhead).
+OVERHEAD_LIMIT = 0.10
+
+
+def study_target_rows(studies: list | None) -> list[list[str]]:
+    """The backend-overhead study's rows as targets: each overhead against OVERHEAD_LIMIT."""
+    rows = []
+    for st in studies or []:
+        if st.name != "backend_overhead" or st.status != "ok":
+            continue
+        for case, pair, _, _, overhead in st.rows:
+            if "informational" in pair:
+                continue
+            ratio = 1.0 + float(overhead.rstrip("%")) / 100.0
+            rows.append([f"backend overhead: {case}", pair, overhead, f"≤ +{OVERHEAD_LIMIT:.0%}",
+                         "met" if ratio <= 1.0 + OVERHEAD_LIMIT else "**missed**"])
+    return rows
+
+
 def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -181,7 +201,7 @@ def write_markdown(results: list[Result], machine: dict, suite: str, path: str |
     lines += ["", f"**{len(fails)} failure(s)**" + (":" if fails else ".")]
     for r in fails:
         lines.append(f"- {r.workload} {r.case} {r.impl}: {r.status}: {r.note}")
-    targets = target_rows(results)
+    targets = target_rows(results) + study_target_rows(studies)
     if targets:
         lines += ["", "## Targets", "", "The ratios the project's issues set, read off the tables below (same run).", ""]
         lines += _md_table(["case", "ratio of medians", "this run", "target", ""], targets)

@@ -120,3 +120,21 @@ def test_paired_timing_reports_the_median_ratio_of_alternating_pairs():
     assert 1.5 < ratio < 2.7 and 1.5 < c / p < 2.7
     runs = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
     assert runs.count("c") >= 4 and runs.count("p") >= 4  # pair by pair, the order alternating
+
+
+def test_backend_overhead_rows_become_targets_except_informational_ones(tmp_path):
+    from benchmarks.report import study_target_rows
+    from benchmarks.studies import StudyResult
+
+    st = StudyResult("backend_overhead", "t", ["case", "pair", "c", "p", "overhead"], [
+        ["dense small", "xla / JAX jit", "1 µs", "1 µs", "+9.9%"],
+        ["dense small", "xla:sync / JAX jit (informational)", "1 µs", "2 µs", "-50.0%"],
+        ["step", "onnx / ORT same model", "1 µs", "1 µs", "+12.5%"],
+        ["dense small", "onnx / ORT idiomatic Gelu op (informational)", "9 µs", "1 µs", "+800.0%"],
+    ])
+    rows = study_target_rows([st])
+    assert [(r[1], r[2], r[4]) for r in rows] == [("xla / JAX jit", "+9.9%", "met"),
+                                                  ("onnx / ORT same model", "+12.5%", "**missed**")]
+    md = tmp_path / "b.md"
+    write_markdown([], {"date": "today"}, "full", md, studies=[st])
+    assert "| backend overhead: step | onnx / ORT same model | +12.5% | ≤ +10% | **missed** |" in md.read_text()
