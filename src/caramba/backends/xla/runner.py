@@ -114,7 +114,7 @@ class _Core:
         # arguments with results greedily by shape and dtype, in order, so this order makes every
         # write reuse its own state's buffer. Any other order can hand a bias's buffer to an Adam
         # moment of the same shape, and XLA then copies to keep the old value alive (9 copies in
-        # the small MLP train step instead of 3, ~10% of its time).
+        # the small MLP train step instead of 4).
         written = {n.attrs["name"] for n in graph.nodes if n.op == "state.write"}
         self.writes = tuple(name for name in self.state_names if name in written)
         self.checks: list[tuple[int, str]] = []  # (node index, message)
@@ -139,12 +139,11 @@ class _Core:
             small = graph_flops(graph) < SMALL_WORK
             self.compiled = self.lowered.compile(compiler_options=SMALL_OPTIONS) if small else self.lowered.compile()
             # A failed check must leave the state as it was. Donated buffers are gone once the
-            # step runs, so a donating step with checks first runs its checks alone (a small
-            # program, no donation) and runs only if they pass. (Inside the step, selecting the
-            # old state on failure made XLA copy all of it: 16 copies in the small MLP step.)
-            # On the CPU, where a device array is host memory, checks of inputs as fed read them
-            # in place (~5 µs); other checks run as a small program of their own (one more
-            # dispatch and wait, ~20-100 µs).
+            # step runs, so a donating step with checks makes them first and runs only if they
+            # pass (selecting the old state inside the step made XLA copy all of it: 16 copies in
+            # the small MLP step). On the CPU, where a device array is host memory, checks of
+            # inputs as fed read them in place (~5 µs); other checks run as a small program of
+            # their own (no donation; one more dispatch and wait, ~20-100 µs).
             self.preflight = None
             self.host_checks: list[tuple[int, int, int]] | None = None
             if donate and self.checks:
@@ -266,9 +265,6 @@ class XlaExecutable(Executable):
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         args = [inputs[n].array for n in self._in_names]  # type: ignore[attr-defined]
         args += [state[n].array for n in self._state_names]  # type: ignore[attr-defined]
-        return self._call(args)
-
-    def _call(self, args: list) -> dict[str, Tensor]:
         if self._host_checks is not None:
             self._check_on_host(args)
         elif self._preflight is not None:
