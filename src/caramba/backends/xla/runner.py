@@ -283,9 +283,12 @@ class XlaExecutable(Executable):
     def _raise_if_bad(self, flags: Any) -> None:
         bad = np.asarray(flags)
         if bad.any():
-            node_id, msg = self._checks[int(np.argmax(bad))]
-            raise IndexOutOfRange(f"{msg} (node '{node_id}'); state unchanged", node=node_id,
-                                  backend=self.runner.location)
+            self._fail(int(np.argmax(bad)))
+
+    def _fail(self, check: int) -> None:
+        node_id, msg = self._checks[check]
+        raise IndexOutOfRange(f"{msg} (node '{node_id}'); state unchanged", node=node_id,
+                              backend=self.runner.location)
 
     def _check_on_host(self, args: list) -> None:
         checked = self._passed_host_checks
@@ -295,7 +298,7 @@ class XlaExecutable(Executable):
                 continue
             values = np.asarray(array)  # xla:cpu memory is host memory: a view, no copy
             if values.min() < lo or values.max() >= hi:
-                self._raise_if_bad([i == k for i in range(len(self._checks))])
+                self._fail(k)
             checked[k] = weakref.ref(array)
 
     def hlo_text(self) -> str:
