@@ -89,7 +89,7 @@ def test_tensor_of_another_runner_is_a_transfer_error(runner, backend):
     other = compute.new(backend)
     try:
         t = other.upload(np.ones((3, 4)))
-        with pytest.raises(TransferError, match="input 'x' lives on"):
+        with pytest.raises(TransferError, match="input 'x' lives on another .* runner"):
             runner.compile(_gelu_for(runner)).run({"x": t})
         with pytest.raises(TransferError):
             runner.state["contract.w"] = t
@@ -167,6 +167,39 @@ def test_wrong_inputs_are_refused_before_running(runner, feed, match):
     exe = runner.compile(_gelu_for(runner))
     with pytest.raises(GraphError, match=match):
         exe.run({k: runner.upload(v) for k, v in feed.items()})
+
+
+def test_inputs_are_checked_after_good_runs_too(backend):
+    # Backends may skip re-checking the same tensors, or start the work before checking (xla):
+    # whatever comes after good runs is refused as on a first run, and the state is unchanged.
+    r, other = compute.new(backend), compute.new(backend)
+    try:
+        precision = _opt_in(r, "math.add")
+        with ir.Graph("acc") as g:
+            w = g.variable("acc.w", (3, 4), "float64", "zeros")
+            x = g.input("x", (3, 4), "float64")
+            g.write("acc.w", ops.add(w, x, precision=precision))
+            g.output("before", w)
+        exe = r.compile(g)
+        x = r.upload(np.ones((3, 4)))
+        for _ in range(2):
+            exe.run({"x": x})
+        refused = [
+            ({"x": other.upload(np.ones((3, 4)))}, TransferError, "input 'x' lives on another .* runner"),
+            ({"x": np.ones((3, 4))}, TransferError, "not a tensor"),
+            ({"x": r.upload(np.ones((4, 3)))}, GraphError, "declares f64\\[3,4\\]"),
+            ({"x": x, "z": x}, GraphError, "unexpected \\['z'\\]"),
+            ({}, GraphError, "missing \\['x'\\]"),
+        ]
+        for feed, error, match in refused:
+            with pytest.raises(error, match=match):
+                exe.run(feed)
+            np.testing.assert_array_equal(r.state["acc.w"].download(), np.full((3, 4), 2.0))
+        assert exe.run({"x": x})["before"].download()[0, 0] == 2.0
+        np.testing.assert_array_equal(r.state["acc.w"].download(), np.full((3, 4), 3.0))
+    finally:
+        r.close()
+        other.close()
 
 
 def test_outputs_are_resident_tensors(runner):

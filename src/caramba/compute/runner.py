@@ -29,7 +29,7 @@ class StateStore(MutableMapping[str, Tensor]):
     def __init__(self, runner: "Runner") -> None:
         self._runner = runner
         self._values: dict[str, Tensor] = {}
-        # Bumped by every change of what the store holds (and by every run, which may write):
+        # Bumped by every change of what the store holds (and by every run of a graph that writes):
         # an executable whose last run left it unchanged skips re-checking its state's types.
         self.version = 0
 
@@ -91,6 +91,7 @@ class Executable(ABC):
         # alive for this): a tensor's runner and type never change, so the same tensors again
         # need no second look.
         self._checked_inputs: tuple[tuple[str, weakref.ref], ...] = ()
+        self._writes_state = any(n.op == "state.write" for n in graph.nodes)
 
     def run(self, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
         runner = self.runner
@@ -102,7 +103,8 @@ class Executable(ABC):
             state = {d.name: values[d.name] for d in self._state_decls}
         else:
             state = {d.name: store.ensure(d) for d in self._state_decls}
-        store.version += 1  # this run may write state (with the types this graph declares)
+        if self._writes_state:  # other graphs may declare other types for what this one writes
+            store.version += 1
         out = self._run(inputs, state)  # type: ignore[arg-type]
         self._state_checked_at = store.version
         return out
@@ -196,8 +198,9 @@ class Runner(ABC):
     def check_tensor(self, t: Any, what: str) -> None:
         if isinstance(t, Tensor):
             if t.location != self.location or not self._owns(t):
+                where = t.location if t.location != self.location else f"another {t.location} runner"
                 raise TransferError(
-                    f"{what} lives on {t.location}, not on this runner ({self.location})",
+                    f"{what} lives on {where}, not on this runner ({self.location})",
                     backend=self.location,
                     hint="tensors never move implicitly: t.download() then runner.upload(...)",
                 )
@@ -242,6 +245,7 @@ class Runner(ABC):
             self._closed = True
             self._cache.clear()
             self.state._values.clear()
+            self.state.version += 1
             self._close()
 
     def _close(self) -> None:  # noqa: B027 - optional hook

@@ -289,6 +289,8 @@ def test_donated_state_writes_reuse_their_own_buffers():
         want = {i: n_in + names.index(name) for i, name in enumerate(exe._writes)}
         assert len(want) == 19  # 6 parameters, their 12 Adam moments and the step counter
         assert aliases == want
+        # the labels are checked on the host before the step: the step does not report them
+        assert exe._host_checks and len(exe._compiled.out_info) == len(want) + 1  # + the loss
     finally:
         r.close()
 
@@ -322,26 +324,44 @@ def test_gelu_quotient_is_phi_and_keeps_the_division_at_zero_and_inf(xla, cpu):
     np.testing.assert_allclose(got[5], 0.5, rtol=1e-15)
 
 
-def test_a_run_after_good_runs_still_checks_everything(xla, cpu):
-    # repeated runs skip re-checking what cannot have changed; anything new is checked in full
+@pytest.mark.parametrize("spec", ["xla", "xla:donate", "xla:sync"])
+def test_a_run_after_good_runs_still_checks_everything(spec, cpu):
+    # repeated runs skip re-checking what cannot have changed, and a graph that donates nothing
+    # starts before its checks: anything new is checked in full, and a refused run stores nothing
     from caramba.errors import GraphError
 
-    exe = xla.compile(_counter())
-    x = xla.upload(np.ones(3))
-    for _ in range(2):
-        exe.run({"x": x})
-    with pytest.raises(TransferError, match="lives on cpu"):
-        exe.run({"x": cpu.upload(np.ones(3))})
-    with pytest.raises(GraphError, match="declares"):
-        exe.run({"x": xla.upload(np.ones(4))})
-    with pytest.raises(GraphError, match="missing"):
-        exe.run({})
-    xla.state["w"] = xla.upload(np.ones(2))  # the state changed under the executable
-    with pytest.raises(StateError, match="declares"):
-        exe.run({"x": x})
-    xla.state["w"] = xla.upload(np.zeros(3))
-    assert exe.run({"x": x})["before"].download().tolist() == [0.0, 0.0, 0.0]
-    del xla.state["w"]
+    xla, other = compute.new(spec), compute.new(spec)
+    try:
+        exe = xla.compile(_counter())
+        x = xla.upload(np.ones(3))
+        for _ in range(2):
+            exe.run({"x": x})
+        for feed, error, match in [
+            ({"x": cpu.upload(np.ones(3))}, TransferError, "lives on cpu"),
+            ({"x": other.upload(np.ones(3))}, TransferError, "lives on another xla:cpu runner"),
+            ({"x": xla.upload(np.ones(4))}, GraphError, "declares"),
+            ({"x": xla.upload(np.ones(3, np.float32))}, GraphError, "declares"),
+            ({"x": x, "y": x}, GraphError, "unexpected"),
+            ({}, GraphError, "missing"),
+            (None, GraphError, "missing"),
+        ]:
+            with pytest.raises(error, match=match):
+                exe.run(feed)
+            assert xla.state["w"].download().tolist() == [2.0, 2.0, 2.0]
+        xla.state["w"] = xla.upload(np.ones(2))  # the state changed under the executable
+        with pytest.raises(StateError, match="declares"):
+            exe.run({"x": x})
+        xla.state["w"] = xla.upload(np.zeros(3))
+        assert exe.run({"x": x})["before"].download().tolist() == [0.0, 0.0, 0.0]
+        assert exe.run({"x": x})["before"].download().tolist() == [1.0, 1.0, 1.0]
+        other_w = other.upload(np.zeros(3))
+        with pytest.raises(TransferError):
+            xla.state["w"] = other_w
+        del xla.state["w"]  # state removed under the executable: created again from its init
+        assert exe.run({"x": x})["before"].download().tolist() == [0.0, 0.0, 0.0]
+    finally:
+        xla.close()
+        other.close()
 
 
 def test_labels_are_checked_for_every_new_batch_under_donation():
