@@ -1,10 +1,14 @@
 """The benchmark harness: every workload through caramba and its peers, in one process run.
 
 Machines here are noisy (±10-35% between runs), so every number that matters is a ratio of
-two measurements taken in the same run. Each implementation is warmed up (compile/jit
-happens there), then timed as the median and min of several samples, each sample averaging
-enough calls to last a few milliseconds. Every implementation's output is checked against a
-float64 NumPy reference; a disagreement is a failure, never a silently tabulated number.
+two measurements taken in the same run. Each implementation of a case is warmed up
+(compile/jit happens there) and calibrated, then all of them are timed in turns: sample k of
+every implementation before sample k+1 of any, each sample averaging enough calls to last a
+few milliseconds, so a load change on a shared machine lands on all of them alike (timed one
+after the other, the MLP train step's caramba/JAX ratio swung 0.64-1.75x between runs).
+Each is reported as the median and min of its samples. Every implementation's output is
+checked against a float64 NumPy reference; a disagreement is a failure, never a silently
+tabulated number.
 """
 
 from __future__ import annotations
@@ -95,35 +99,69 @@ QUICK = Timing(warmup=2, samples=5, min_sample_s=0.005, max_case_s=2.0)
 FULL = Timing(warmup=3, samples=9, min_sample_s=0.02, max_case_s=6.0)
 
 
-def measure(prep: Prepared, timing: Timing) -> tuple[float, float, int, int, Any]:
-    """Median and min seconds per call, samples, calls per sample, and the last result.
+@dataclass
+class _Timed:
+    """One implementation under measurement: its calibration and the samples taken so far."""
+
+    prep: Prepared
+    calls: int = 1
+    samples: int = 0  # how many it gets
+    per_call: list[float] = field(default_factory=list)
+    result: Any = None
+    error: BaseException | None = None
+
+    def sample(self) -> None:
+        run, calls = self.prep.run, self.calls
+        with self.prep.context():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                self.result = run()
+            self.per_call.append((time.perf_counter() - t0) / calls)
+
+
+def _calibrate(t: _Timed, timing: Timing) -> None:
+    """Warm up (the first call compiles / jits / uploads kernels) and choose calls per sample.
 
     A slow implementation (one call longer than a quarter of ``max_case_s``: a software GPU
     adapter running a transformer block, say) is warmed up once and sampled as often as the
     budget allows, at least once, so one slow backend cannot take a suite past its time limit."""
+    prep = t.prep
     with prep.context():
-        result = prep.run()  # first call: compile / jit / kernel upload
+        t.result = prep.run()
         t0 = time.perf_counter()
-        result = prep.run()
+        t.result = prep.run()
         one = max(time.perf_counter() - t0, 1e-7)
         slow = one > timing.max_case_s / 4
         if not slow:
             for _ in range(max(timing.warmup - 2, 0)):
-                result = prep.run()
-            # Calibrate: enough calls per sample to last min_sample_s.
-            t0 = time.perf_counter()
-            result = prep.run()
+                t.result = prep.run()
+            t0 = time.perf_counter()  # calibrate: enough calls per sample to last min_sample_s
+            t.result = prep.run()
             one = max(time.perf_counter() - t0, 1e-7)
-        calls = max(1, int(timing.min_sample_s / one))
-        budget_samples = max(1 if slow else 3, int(timing.max_case_s / max(one * calls, 1e-9)))
-        n_samples = min(timing.samples, budget_samples)
-        per_call = [one] if slow else []  # a slow call's timing is a sample already
-        for _ in range(n_samples - len(per_call)):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                result = prep.run()
-            per_call.append((time.perf_counter() - t0) / calls)
-    return float(np.median(per_call)), float(np.min(per_call)), n_samples, calls, result
+    t.calls = max(1, int(timing.min_sample_s / one))
+    budget_samples = max(1 if slow else 3, int(timing.max_case_s / max(one * t.calls, 1e-9)))
+    t.samples = min(timing.samples, budget_samples)
+    if slow:
+        t.per_call.append(one)  # a slow call's timing is a sample already
+
+
+def measure_all(preps: list[Prepared], timing: Timing) -> list[_Timed]:
+    """Every implementation calibrated in turn, then sampled in rounds (see the module doc).
+    An implementation that raises keeps its error (``_Timed.error``); the others go on."""
+    timed = [_Timed(p) for p in preps]
+    for t in timed:
+        try:
+            _calibrate(t, timing)
+        except Exception as exc:
+            t.error = exc
+    for k in range(max((t.samples for t in timed), default=0)):
+        for t in timed:
+            if t.error is None and k < t.samples and len(t.per_call) < t.samples:
+                try:
+                    t.sample()
+                except Exception as exc:
+                    t.error = exc
+    return timed
 
 
 def rel_err(got: np.ndarray, ref: np.ndarray, atol: float) -> float:
@@ -187,18 +225,15 @@ def run_workloads(
                 rng = np.random.default_rng(0)
                 inputs = w.inputs(case, rng)
                 ref = w.reference(case, inputs)
-                case_results: list[Result] = []
+                impls: list[tuple[str, ImplFactory]] = []
                 for peer in w.peers:
-                    if wanted_peers is not None and peer not in wanted_peers:
-                        continue
-                    case_results.append(_run_one(w, case, peer, lambda c, i, w=w, p=peer: getattr(w, p)(c, i), inputs, ref, timing))
+                    if wanted_peers is None or peer in wanted_peers:
+                        impls.append((peer, lambda c, i, w=w, p=peer: getattr(w, p)(c, i)))
                 for spec in backends:
                     if spec not in runners:
                         runners[spec] = new(spec)
-                    r = runners[spec]
-                    case_results.append(
-                        _run_one(w, case, f"caramba:{spec}", lambda c, i, w=w, r=r: w.caramba(c, r, i), inputs, ref, timing)
-                    )
+                    impls.append((f"caramba:{spec}", lambda c, i, w=w, r=runners[spec]: w.caramba(c, r, i)))
+                case_results = _run_case(w, case, impls, inputs, ref, timing)
                 _ratios(case_results)
                 results.extend(case_results)
     finally:
@@ -207,37 +242,60 @@ def run_workloads(
     return results
 
 
+def _run_case(w: Workload, case: Case, impls: list[tuple[str, ImplFactory]], inputs, ref,
+              timing: Timing) -> list[Result]:
+    """Prepare every implementation of a case, time them together, judge each."""
+    bases = [Result(w.name, case.label, impl, "error", flops=case.flops) for impl, _ in impls]
+    prepared: list[Prepared | Result] = [_prepare(base, factory, case, inputs) for base, (_, factory) in zip(bases, impls)]
+    timed = iter(measure_all([p for p in prepared if isinstance(p, Prepared)], timing))
+    return [p if isinstance(p, Result) else _judge(base, next(timed), case, ref) for base, p in zip(bases, prepared)]
+
+
 def _run_one(w: Workload, case: Case, impl: str, factory: ImplFactory, inputs, ref, timing: Timing) -> Result:
-    base = Result(w.name, case.label, impl, "error", flops=case.flops)
+    """One implementation of a case, timed alone."""
+    return _run_case(w, case, [(impl, factory)], inputs, ref, timing)[0]
+
+
+def _prepare(base: Result, factory: ImplFactory, case: Case, inputs) -> Prepared | Result:
+    """The implementation ready to time, or the Result that says why there is none."""
     try:
-        prep = factory(case, inputs)
+        return factory(case, inputs)
     except NotYet as exc:
         base.status, base.note = "not yet", str(exc)
-        return base
     except (NotApplicable, ImportError, ModuleNotFoundError) as exc:
         base.status, base.note = "n/a", f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        return base
     except (UnsupportedOperation, PrecisionError) as exc:
         return _refused(base, exc)
     except Exception as exc:  # a failure to set up is reported, not hidden
-        base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        base.extra["traceback"] = traceback.format_exc(limit=4)
-        return base
+        _errored(base, exc)
+    return base
+
+
+def _judge(base: Result, t: _Timed, case: Case, ref) -> Result:
+    """The measured implementation's Result: its times if its output agrees with the reference."""
     try:
-        med, mn, n, calls, result = measure(prep, timing)
-        got = prep.check() if prep.check is not None else prep.fetch(result)
+        if t.error is not None:
+            raise t.error
+        prep = t.prep
+        got = prep.check() if prep.check is not None else prep.fetch(t.result)
     except (UnsupportedOperation, PrecisionError) as exc:
         return _refused(base, exc)
     except Exception as exc:
-        base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        base.extra["traceback"] = traceback.format_exc(limit=4)
-        return base
+        return _errored(base, exc)
     err = rel_err(got, ref, case.atol)
     status = "ok" if err <= case.rtol else "fail"
-    note = prep.note
+    note = t.prep.note
     if status == "fail":
         note = (note + "; " if note else "") + f"disagrees with the float64 reference: max rel err {err:.3g} > {case.rtol:g}"
-    return Result(w.name, case.label, impl, status, med, mn, n, calls, case.flops, None, err, note)
+    per_call = t.per_call
+    return Result(base.workload, base.case, base.impl, status, float(np.median(per_call)), float(np.min(per_call)),
+                  len(per_call), t.calls, case.flops, None, err, note)
+
+
+def _errored(base: Result, exc: BaseException) -> Result:
+    base.note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    base.extra["traceback"] = "".join(traceback.format_exception(exc, limit=4))
+    return base
 
 
 def _refused(base: Result, exc: Exception) -> Result:

@@ -138,3 +138,29 @@ def test_backend_overhead_rows_become_targets_except_informational_ones(tmp_path
     md = tmp_path / "b.md"
     write_markdown([], {"date": "today"}, "full", md, studies=[st])
     assert "| backend overhead: step | onnx / ORT same model | +12.5% | ≤ +10% | **missed** |" in md.read_text()
+
+
+def test_implementations_of_a_case_are_sampled_in_turns():
+    # sample k of each implementation before sample k+1 of any: a load change on the machine
+    # lands on all of them alike; one that fails while sampled is reported, the others go on
+    from benchmarks.harness import _run_case
+
+    w = Tiny()
+    case = w.cases()[0]
+    inputs = w.inputs(case, np.random.default_rng(0))
+    log = []
+
+    def impl(name, fail_at=None):
+        def run():
+            log.append(name)
+            if fail_at is not None and log.count(name) == fail_at:
+                raise RuntimeError("lost the device")
+            return inputs["x"] * 2
+        return lambda c, i: Prepared(run)
+
+    results = _run_case(w, case, [("a", impl("a")), ("b", impl("b")), ("c", impl("c", fail_at=5))],
+                        inputs, w.reference(case, inputs), FAST)
+    assert log[:9] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3  # warm-up and calibration, one by one
+    assert log[9:] == ["a", "b", "c", "a", "b", "c", "a", "b"]  # then in turns
+    assert [r.status for r in results] == ["ok", "ok", "error"] and [r.samples for r in results[:2]] == [3, 3]
+    assert "lost the device" in results[2].note
