@@ -22,17 +22,24 @@ cross-entropy, backward, Adam; float64). Peers, prepared as a careful user would
 caramba and its peer run in one process in short alternating pairs (each sample the mean of
 back-to-back calls lasting ~10 ms); the overhead is the median of the per-pair ratios, so the
 slow load changes of a shared machine cancel out of it, and the times shown are the medians of
-the samples. Results agree with each other to 1e-9 (float64) before timing.
+the samples. Every case is set up first, then the pairs are taken in rounds over all cases
+(a few pairs of each case per round), so each row samples the whole run: on a small graph
+the overhead depends on the machine's load (~3 µs of Python per call, amplified while XLA's or
+ORT's threads wake), and the load changes over tens of seconds (41 pairs taken at once read
++2% to +21% for the same code in different runs). Results agree with each other to 1e-9
+(float64) before timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +48,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 DENSE = ((8, 128, 256), (32, 512, 1024), (256, 1024, 4096))
 QUICK_DENSE = ((8, 128, 256), (32, 512, 1024))
 PAIRS = 41
+ROUNDS = 5  # the pairs of each case are taken in this many rounds over all cases
 SYNC_ROW_MAX = 1 << 20  # m*k*n up to which the dense case also times xla:sync (a dispatch-bound graph)
 
 
@@ -63,31 +71,58 @@ def _sample(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - t) / calls
 
 
+@dataclass
+class Contest:
+    """caramba and its peer on one case, ready to time (both warmed up, results agreeing)."""
+
+    case: str
+    pair: str  # "backend / peer"
+    caramba: Callable[[], object]
+    peer: Callable[[], object]
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+def timed(contests: list[Contest], pairs: int, rounds: int = ROUNDS, target_s: float = 0.01) -> list[Row]:
+    """Each contest's caramba and peer timed in short back-to-back pairs, the order alternating,
+    taken in ``rounds`` rounds over all contests (``pairs`` in all per contest, rounded up).
+
+    A row is (case, pair, median caramba time, median peer time, median of the per-pair
+    ratios). The ratio of each pair compares two samples taken ~10 ms apart, so the slow drifts
+    of a shared machine cancel out of it; the rounds spread each contest over the whole run."""
+    calls = []
+    for c in contests:
+        with c.context():
+            calls.append((_calls_for(c.caramba, target_s), _calls_for(c.peer, target_s)))
+    per_round = max(1, math.ceil(pairs / rounds))
+    times: list[tuple[list[float], list[float], list[float]]] = [([], [], []) for _ in contests]
+    for r in range(rounds):
+        for c, (n_c, n_p), (tc, tp, ratios) in zip(contests, calls, times):
+            with c.context():
+                for i in range(per_round):
+                    if (r * per_round + i) % 2:
+                        a = _sample(c.caramba, n_c)
+                        b = _sample(c.peer, n_p)
+                    else:
+                        b = _sample(c.peer, n_p)
+                        a = _sample(c.caramba, n_c)
+                    tc.append(a)
+                    tp.append(b)
+                    ratios.append(a / b)
+    return [(c.case, c.pair, statistics.median(tc), statistics.median(tp), statistics.median(ratios))
+            for c, (tc, tp, ratios) in zip(contests, times)]
+
+
 def paired(caramba: Callable[[], object], peer: Callable[[], object], pairs: int,
            target_s: float = 0.01) -> tuple[float, float, float]:
-    """caramba and its peer timed in short back-to-back pairs, the order alternating.
-
-    Returns (median caramba time, median peer time, median of the per-pair ratios). The ratio of
-    each pair compares two samples taken ~10 ms apart, so the slow drifts of a shared machine
-    (its load changes over seconds) cancel out of it; the median of many pairs is what the
-    overhead column reports."""
-    n_c, n_p = _calls_for(caramba, target_s), _calls_for(peer, target_s)
-    tc, tp, ratios = [], [], []
-    for i in range(pairs):
-        if i % 2:
-            a = _sample(caramba, n_c)
-            b = _sample(peer, n_p)
-        else:
-            b = _sample(peer, n_p)
-            a = _sample(caramba, n_c)
-        tc.append(a)
-        tp.append(b)
-        ratios.append(a / b)
-    return statistics.median(tc), statistics.median(tp), statistics.median(ratios)
+    """One contest timed alone (``timed`` in one round): (median caramba time, median peer
+    time, median of the per-pair ratios)."""
+    (_, _, c, p, ratio), = timed([Contest("", "", caramba, peer)], pairs, rounds=1, target_s=target_s)
+    return c, p, ratio
 
 
 # ---- dense + GELU -------------------------------------------------------------------------
-def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
+def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitStack) -> list[Contest]:
+    """dense + exact GELU through xla and onnx, each beside its peer (runners closed by ``closing``)."""
     import jax
     import jax.numpy as jnp
     import onnxruntime as ort
@@ -102,10 +137,11 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
     b = rng.standard_normal(n).astype(dtype)
     g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((m, k), dtype), ((k, n), dtype), ((n,), dtype), name="dense")
     label = f"dense+gelu {m}x{k}x{n} {dtype}"
-    rows = []
+    contests = []
+    x64 = lambda: jax.enable_x64(True)  # the JAX peers run in float64 mode
 
     # xla vs JAX
-    xr = compute.new("xla")
+    xr = closing.enter_context(compute.new("xla"))
     exe = xr.compile(g)
     xt = {"x": xr.upload(x), "w": xr.upload(w), "b": xr.upload(b)}
 
@@ -122,11 +158,10 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
         ref = np.asarray(jf(*dev))
     tol = 1e-9 if dtype == "float64" else 1e-4
     np.testing.assert_allclose(exe.run(xt)["out"].download(), ref, rtol=tol, atol=tol)
-    with jax.enable_x64(True):
-        rows.append((label, "xla / JAX jit", *paired(caramba_xla, direct_jax, pairs)))
+    contests.append(Contest(label, "xla / JAX jit", caramba_xla, direct_jax, x64))
 
     if m * k * n <= SYNC_ROW_MAX:  # informational: the opt-in synchronous client on a dispatch-bound graph
-        sr = compute.new("xla:sync")
+        sr = closing.enter_context(compute.new("xla:sync"))
         sexe = sr.compile(g)
         st = {"x": sr.upload(x), "w": sr.upload(w), "b": sr.upload(b)}
 
@@ -134,12 +169,10 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
             sexe.run(st)["out"].wait()
 
         np.testing.assert_allclose(sexe.run(st)["out"].download(), ref, rtol=tol, atol=tol)
-        with jax.enable_x64(True):
-            rows.append((label, "xla:sync / JAX jit (informational)", *paired(caramba_xla_sync, direct_jax, pairs)))
-        sr.close()
+        contests.append(Contest(label, "xla:sync / JAX jit (informational)", caramba_xla_sync, direct_jax, x64))
 
     # onnx vs ORT on the same exported model
-    orr = compute.new("onnx")
+    orr = closing.enter_context(compute.new("onnx"))
     oexe = orr.compile(g)
     ot = {"x": orr.upload(x), "w": orr.upload(w), "b": orr.upload(b)}
 
@@ -156,7 +189,7 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
         sess.run_with_iobinding(binding)
 
     np.testing.assert_allclose(oexe.run(ot)["out"].download(), ref, rtol=tol, atol=tol)
-    rows.append((label, "onnx / ORT same model", *paired(caramba_onnx, direct_ort, pairs)))
+    contests.append(Contest(label, "onnx / ORT same model", caramba_onnx, direct_ort))
 
     if dtype == "float32":  # the idiomatic ORT model: Gelu(opset 20) with float32 Erf
         nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"]),
@@ -177,14 +210,13 @@ def dense_case(m: int, k: int, n: int, dtype: str, pairs: int) -> list[Row]:
         def idiomatic_ort():
             s2.run_with_iobinding(b2)
 
-        rows.append((label, "onnx / ORT idiomatic Gelu op (informational)", *paired(caramba_onnx, idiomatic_ort, pairs)))
-    xr.close()
-    orr.close()
-    return rows
+        contests.append(Contest(label, "onnx / ORT idiomatic Gelu op (informational)", caramba_onnx, idiomatic_ort))
+    return contests
 
 
 # ---- MLP train step -----------------------------------------------------------------------
-def train_case(variant: str, pairs: int) -> list[Row]:
+def train_contests(variant: str, closing: contextlib.ExitStack) -> list[Contest]:
+    """The MLP train step through xla (donating) and onnx, each beside its peer."""
     import jax
 
     from benchmarks.train_step import caramba_train_step, jax_step, problem
@@ -193,12 +225,12 @@ def train_case(variant: str, pairs: int) -> list[Row]:
 
     prob = problem(variant)
     label = f"MLP train step {variant} {prob['batch']}x{'-'.join(map(str, prob['sizes']))} float64"
-    rows = []
+    contests = []
     runners = {}
     steps = {}
     for spec in ("xla", "onnx"):
         # the JAX peer donates its state buffers: caramba's xla runner does too (xla:donate)
-        r = compute.new("xla:donate" if spec == "xla" else spec)
+        r = closing.enter_context(compute.new("xla:donate" if spec == "xla" else spec))
         step = caramba_train_step(prob["batch"], prob["sizes"])
         names = list(step.model.parameters())
         trainer = Trainer(step, r)
@@ -218,8 +250,8 @@ def train_case(variant: str, pairs: int) -> list[Row]:
         return run
 
     direct_jax, _ = jax_step(prob["params"], prob["x"], prob["y"])
-    with jax.enable_x64(True):
-        rows.append((label, "xla:donate / JAX jit (both donate state)", *paired(caramba_step("xla"), direct_jax, pairs)))
+    contests.append(Contest(label, "xla:donate / JAX jit (both donate state)", caramba_step("xla"), direct_jax,
+                            lambda: jax.enable_x64(True)))
 
     exe, batch = steps["onnx"]
     sess = exe.session
@@ -235,23 +267,25 @@ def train_case(variant: str, pairs: int) -> list[Row]:
     def direct_ort():  # the same step graph; state is not fed back (ORT alone has no resident state)
         sess.run_with_iobinding(binding)
 
-    rows.append((label, "onnx / ORT same model", *paired(caramba_step("onnx"), direct_ort, pairs)))
-    for r in runners.values():
-        r.close()
-    return rows
+    contests.append(Contest(label, "onnx / ORT same model", caramba_step("onnx"), direct_ort))
+    return contests
+
+
+def study(shapes=DENSE, variants=("small", "wide"), pairs: int = PAIRS, rounds: int = ROUNDS) -> list[Row]:
+    """Every case set up, then timed in rounds over all of them (see the module doc)."""
+    with contextlib.ExitStack() as closing:
+        contests = [c for m, k, n in shapes for dtype in ("float64", "float32") for c in dense_contests(m, k, n, dtype, closing)]
+        contests += [c for variant in variants for c in train_contests(variant, closing)]
+        return timed(contests, pairs, rounds)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes only")
     ap.add_argument("--pairs", type=int, default=PAIRS, help="timed caramba/peer pairs per case")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="rounds over all cases the pairs are spread over")
     args = ap.parse_args(argv)
-    rows = []
-    for m, k, n in QUICK_DENSE if args.quick else DENSE:
-        for dtype in ("float64", "float32"):
-            rows += dense_case(m, k, n, dtype, args.pairs)
-    for variant in ("small",) if args.quick else ("small", "wide"):
-        rows += train_case(variant, args.pairs)
+    rows = study(QUICK_DENSE if args.quick else DENSE, ("small",) if args.quick else ("small", "wide"), args.pairs, args.rounds)
     print("| case | caramba backend / peer | caramba | peer | overhead |")
     print("|---|---|---:|---:|---:|")
     for label, pair, c, p, ratio in rows:

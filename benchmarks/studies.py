@@ -65,24 +65,20 @@ def _memory_plan(suite: str):
 
 
 def _backend_overhead(suite: str):
-    from benchmarks.backend_overhead import dense_case, train_case
+    from benchmarks.backend_overhead import study
 
-    pairs = 15 if suite == "quick" else 41
-    shapes = ((8, 128, 256),) if suite == "quick" else ((8, 128, 256), (256, 1024, 4096))
-    rows_raw = []
-    for m, k, n in shapes:
-        for dtype in ("float64", "float32"):
-            rows_raw += dense_case(m, k, n, dtype, pairs)
-    for variant in ("small",) if suite == "quick" else ("small", "wide"):
-        rows_raw += train_case(variant, pairs)
+    quick = suite == "quick"
+    rows_raw = study(((8, 128, 256),) if quick else ((8, 128, 256), (256, 1024, 4096)),
+                     ("small",) if quick else ("small", "wide"), 15 if quick else 41)
     rows = [[label, pair, f"{c * 1e6:.1f} µs", f"{p * 1e6:.1f} µs", f"{100 * (ratio - 1):+.1f}%"]
             for label, pair, c, p, ratio in rows_raw]
     notes = ["caramba's backend and its own toolkit used directly on the same work, interleaved in one process: "
              "JAX jit with resident inputs (donated state for the train step); ORT running the very model caramba "
              "exported, with IO binding bound once (its cheapest call). The overhead is caramba's per-call cost: "
              "input checks, fresh output buffers, resident-state bookkeeping. The two run in short alternating pairs "
-             "(~10 ms each); the overhead is the median of the per-pair ratios (so the machine's slow load changes "
-             "cancel), the times are the medians of the samples. Rows marked informational are not backend overhead: "
+             "(~10 ms each), taken in 5 rounds over all cases so each row samples the whole run (on small graphs "
+             "the overhead follows the machine's load); the overhead is the median of the per-pair ratios, the "
+             "times are the medians of the samples. Rows marked informational are not backend overhead: "
              "xla:sync is caramba's opt-in synchronous CPU client; ORT's idiomatic Gelu computes 1 + erf in float32 "
              "(12 ulps off at x=-3, 0 instead of 6e-9 at -6), where caramba's export keeps 4 ulps."]
     return ["case", "caramba backend / peer", "caramba", "peer", "overhead"], rows, notes

@@ -94,15 +94,17 @@ class Executable(ABC):
         self._writes_state = any(n.op == "state.write" for n in graph.nodes)
 
     def run(self, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
-        runner = self.runner
-        store = runner.state
+        store = self.runner.state
         if not self._is_rerun(inputs, store):  # a rerun is the common loop: ~1 µs (see _is_rerun)
             inputs = self._checked(inputs or {})
+        state = {}
         if store.version == self._state_checked_at:  # the state as our last run left it
             values = store._values
-            state = {d.name: values[d.name] for d in self._state_decls}
+            for d in self._state_decls:
+                state[d.name] = values[d.name]
         else:
-            state = {d.name: store.ensure(d) for d in self._state_decls}
+            for d in self._state_decls:
+                state[d.name] = store.ensure(d)
         if self._writes_state:  # other graphs may declare other types for what this one writes
             store.version += 1
         out = self._run(inputs, state)  # type: ignore[arg-type]

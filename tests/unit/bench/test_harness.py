@@ -122,6 +122,23 @@ def test_paired_timing_reports_the_median_ratio_of_alternating_pairs():
     assert runs.count("c") >= 4 and runs.count("p") >= 4  # pair by pair, the order alternating
 
 
+def test_contests_are_timed_in_rounds_over_all_cases():
+    # a few pairs of every case per round: each row samples the whole run, not one stretch of it
+    from benchmarks.backend_overhead import Contest, timed
+
+    order = []
+
+    def tag(name):
+        return lambda: order.append(name)
+
+    contests = [Contest("one", "a / b", tag("1c"), tag("1p")), Contest("two", "a / b", tag("2c"), tag("2p"))]
+    rows = timed(contests, pairs=6, rounds=3, target_s=0.0)  # 2 pairs of one call each per round
+    timed_order = order[6 * 2:]  # after each side's three calibration calls
+    cases = [o[0] for i, o in enumerate(timed_order) if i == 0 or o[0] != timed_order[i - 1][0]]
+    assert cases == ["1", "2"] * 3 and len(timed_order) == 2 * 3 * 2 * 2
+    assert [r[:2] for r in rows] == [("one", "a / b"), ("two", "a / b")] and all(r[4] > 0 for r in rows)
+
+
 def test_backend_overhead_rows_become_targets_except_informational_ones(tmp_path):
     from benchmarks.report import study_target_rows
     from benchmarks.studies import StudyResult

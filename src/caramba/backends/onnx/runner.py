@@ -99,27 +99,35 @@ class OnnxExecutable(Executable):
         return self.exported.model
 
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        # Plain loops throughout: comprehensions and nested tuples cost ~1 µs more per call,
+        # which small graphs feel (see Executable._is_rerun).
         b = self._binding
         bound = self._bound  # the binding keeps what it was given: rebind only what changed
         j = 0
-        for names, source in ((self._inputs, inputs), (self._state_in, state)):
-            for name, onnx_name in names:
-                ov = source[name].value._ortvalue  # type: ignore[attr-defined]
-                if bound[j] is not ov:
-                    b.bind_ortvalue_input(onnx_name, ov)
-                    bound[j] = ov
-                j += 1
+        for name, onnx_name in self._inputs:
+            ov = inputs[name].value._ortvalue  # type: ignore[attr-defined]
+            if bound[j] is not ov:
+                b.bind_ortvalue_input(onnx_name, ov)
+                bound[j] = ov
+            j += 1
+        for name, onnx_name in self._state_in:
+            ov = state[name].value._ortvalue  # type: ignore[attr-defined]
+            if bound[j] is not ov:
+                b.bind_ortvalue_input(onnx_name, ov)
+                bound[j] = ov
+            j += 1
         # Each output goes into a buffer nobody else can see: one this executable returned
         # before and that no tensor, state slot or caller holds any more (CPython's reference
         # count says so), else a fresh one ORT allocates. Results of earlier runs that are
         # still held stay valid; a small graph's call no longer pays an allocation per output
         # (~10% of dense+GELU 8x128x256).
-        spares = self._spares
         taken = []
-        for i, onnx_name in enumerate(self._out_names):
-            v = spares[i].take()
+        fresh = False
+        for spare, onnx_name in zip(self._spares, self._out_names):
+            v = spare.take()
             if v is None:
                 b.bind_output(onnx_name, self._device)
+                fresh = True
             else:
                 b.bind_ortvalue_output(onnx_name, v._ortvalue)
             taken.append(v)
@@ -127,20 +135,25 @@ class OnnxExecutable(Executable):
             self._sess.run_with_iobinding(b, None)
         except Exception as exc:  # ORT raises its own exception types
             raise self._failure(exc) from None
-        if None not in taken:
-            values = taken
-        else:
+        if fresh:
             vec = b.get_outputs()
-            values = [ort.OrtValue(vec[i]) if v is None else v for i, v in enumerate(taken)]
-        for i, v in enumerate(taken):
-            if v is None:
-                spares[i].keep(values[i])
+            for i, v in enumerate(taken):
+                if v is None:
+                    taken[i] = v = ort.OrtValue(vec[i])
+                    self._spares[i].keep(v)
         runner = self.runner
         if self._state_out:
             store = runner.state._values
-            for (name, _, t), v in zip(self._state_out, values[len(self._outputs) :]):
-                store[name] = OnnxTensor(v, runner, t.shape, t.dtype)
-        return {name: OnnxTensor(v, runner, t.shape, t.dtype) for (name, _, t), v in zip(self._outputs, values)}
+            i = len(self._outputs)
+            for name, _, t in self._state_out:
+                store[name] = OnnxTensor(taken[i], runner, t.shape, t.dtype)
+                i += 1
+        out = {}
+        i = 0
+        for name, _, t in self._outputs:
+            out[name] = OnnxTensor(taken[i], runner, t.shape, t.dtype)
+            i += 1
+        return out
 
     def _failure(self, exc: Exception) -> CarambaError:
         text = str(exc)
