@@ -4,8 +4,9 @@ Machines here are noisy (±10-35% between runs), so every number that matters is
 two measurements taken in the same run. Each implementation of a case is warmed up
 (compile/jit happens there) and calibrated, then all of them are timed in turns: sample k of
 every implementation before sample k+1 of any, each sample averaging enough calls to last a
-few milliseconds, so a load change on a shared machine lands on all of them alike (timed one
-after the other, the MLP train step's caramba/JAX ratio swung 0.64-1.75x between runs).
+few milliseconds and preceded by an untimed call, so a load change on a shared machine lands
+on all of them alike (timed one after the other, the MLP train step's caramba/JAX ratio swung
+0.64-1.75x between runs).
 Each is reported as the median and min of its samples. Every implementation's output is
 checked against a float64 NumPy reference; a disagreement is a failure, never a silently
 tabulated number.
@@ -111,8 +112,13 @@ class _Timed:
     error: BaseException | None = None
 
     def sample(self) -> None:
+        """One timed sample. Its turn starts with an untimed call: the implementation before it
+        left the caches and thread pools its own, and a loop of one implementation's calls is
+        what is measured (a 40 ms train step timed as one call right after another framework's
+        read 10% slower)."""
         run, calls = self.prep.run, self.calls
         with self.prep.context():
+            self.result = run()
             t0 = time.perf_counter()
             for _ in range(calls):
                 self.result = run()
