@@ -331,6 +331,7 @@ def test_a_run_after_good_runs_still_checks_everything(spec, cpu):
     from caramba.errors import GraphError
 
     xla, other = compute.new(spec), compute.new(spec)
+    cross = compute.new("xla" if spec == "xla:sync" else "xla:sync")  # the other CPU client
     try:
         exe = xla.compile(_counter())
         x = xla.upload(np.ones(3))
@@ -339,6 +340,7 @@ def test_a_run_after_good_runs_still_checks_everything(spec, cpu):
         for feed, error, match in [
             ({"x": cpu.upload(np.ones(3))}, TransferError, "lives on cpu"),
             ({"x": other.upload(np.ones(3))}, TransferError, "lives on another xla:cpu runner"),
+            ({"x": cross.upload(np.ones(3))}, TransferError, "lives on another xla:cpu runner"),
             ({"x": xla.upload(np.ones(4))}, GraphError, "declares"),
             ({"x": xla.upload(np.ones(3, np.float32))}, GraphError, "declares"),
             ({"x": x, "y": x}, GraphError, "unexpected"),
@@ -362,6 +364,7 @@ def test_a_run_after_good_runs_still_checks_everything(spec, cpu):
     finally:
         xla.close()
         other.close()
+        cross.close()
 
 
 def test_labels_are_checked_for_every_new_batch_under_donation():
