@@ -102,20 +102,7 @@ class OnnxExecutable(Executable):
         # Plain loops throughout: comprehensions and nested tuples cost ~1 µs more per call,
         # which small graphs feel (see Executable._is_rerun).
         b = self._binding
-        bound = self._bound  # the binding keeps what it was given: rebind only what changed
-        j = 0
-        for name, onnx_name in self._inputs:
-            ov = inputs[name].value._ortvalue  # type: ignore[attr-defined]
-            if bound[j] is not ov:
-                b.bind_ortvalue_input(onnx_name, ov)
-                bound[j] = ov
-            j += 1
-        for name, onnx_name in self._state_in:
-            ov = state[name].value._ortvalue  # type: ignore[attr-defined]
-            if bound[j] is not ov:
-                b.bind_ortvalue_input(onnx_name, ov)
-                bound[j] = ov
-            j += 1
+        self._bind(self._state_in, state, self._bind(self._inputs, inputs, 0))
         # Each output goes into a buffer nobody else can see: one this executable returned
         # before and that no tensor, state slot or caller holds any more (CPython's reference
         # count says so), else a fresh one ORT allocates. Results of earlier runs that are
@@ -154,6 +141,18 @@ class OnnxExecutable(Executable):
             out[name] = OnnxTensor(taken[i], runner, t.shape, t.dtype)
             i += 1
         return out
+
+    def _bind(self, names: tuple[tuple[str, str], ...], tensors: Mapping[str, Tensor], j: int) -> int:
+        """Bind ``tensors`` as the session inputs ``names`` (slots from ``j`` on); the binding
+        keeps what it was given, so only what changed since the last run is bound again."""
+        b, bound = self._binding, self._bound
+        for name, onnx_name in names:
+            ov = tensors[name].value._ortvalue  # type: ignore[attr-defined]
+            if bound[j] is not ov:
+                b.bind_ortvalue_input(onnx_name, ov)
+                bound[j] = ov
+            j += 1
+        return j
 
     def _failure(self, exc: Exception) -> CarambaError:
         text = str(exc)
