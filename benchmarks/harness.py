@@ -110,6 +110,7 @@ class _Timed:
     per_call: list[float] = field(default_factory=list)
     result: Any = None
     error: BaseException | None = None
+    warm: bool = True  # start each turn with an untimed call (not for slow implementations)
 
     def sample(self) -> None:
         """One timed sample. Its turn starts with an untimed call: the implementation before it
@@ -118,7 +119,8 @@ class _Timed:
         read 10% slower)."""
         run, calls = self.prep.run, self.calls
         with self.prep.context():
-            self.result = run()
+            if self.warm:
+                self.result = run()
             t0 = time.perf_counter()
             for _ in range(calls):
                 self.result = run()
@@ -145,7 +147,8 @@ def _calibrate(t: _Timed, timing: Timing) -> None:
             t.result = prep.run()
             one = max(time.perf_counter() - t0, 1e-7)
     t.calls = max(1, int(timing.min_sample_s / one))
-    budget_samples = max(1 if slow else 3, int(timing.max_case_s / max(one * t.calls, 1e-9)))
+    t.warm = not slow  # a call of seconds is not what the previous implementation's caches decide
+    budget_samples = max(1 if slow else 3, int(timing.max_case_s / max(one * (t.calls + t.warm), 1e-9)))
     t.samples = min(timing.samples, budget_samples)
     if slow:
         t.per_call.append(one)  # a slow call's timing is a sample already

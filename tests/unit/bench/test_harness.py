@@ -181,3 +181,24 @@ def test_implementations_of_a_case_are_sampled_in_turns():
     assert log[9:] == list("aabbcc" + "aabb" * 2)  # then in turns of a warm call and a timed one (c failing at its first)
     assert [r.status for r in results] == ["ok", "ok", "error"] and [r.samples for r in results[:2]] == [3, 3]
     assert "lost the device" in results[2].note
+
+
+def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget():
+    import time
+
+    from benchmarks.harness import _run_case
+
+    w = Tiny()
+    case = w.cases()[0]
+    inputs = w.inputs(case, np.random.default_rng(0))
+    calls = []
+
+    def slow(c, i):
+        def run():
+            calls.append(1)
+            time.sleep(0.06)  # > FAST.max_case_s / 4
+            return i["x"] * 2
+        return Prepared(run)
+
+    (res,) = _run_case(w, case, [("slow", slow)], inputs, w.reference(case, inputs), FAST)
+    assert res.status == "ok" and res.samples == 3 and len(calls) == 2 + 2  # warm-up + 2 timed calls
