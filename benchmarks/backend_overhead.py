@@ -120,6 +120,13 @@ def paired(caramba: Callable[[], object], peer: Callable[[], object], pairs: int
     return c, p, ratio
 
 
+def _x64() -> contextlib.AbstractContextManager:
+    """The context the JAX peers run in: float64 enabled, as caramba's xla runner scopes it."""
+    import jax
+
+    return jax.enable_x64(True)
+
+
 # ---- dense + GELU -------------------------------------------------------------------------
 def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitStack) -> list[Contest]:
     """dense + exact GELU through xla and onnx, each beside its peer (runners closed by ``closing``)."""
@@ -138,7 +145,6 @@ def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitS
     g = caramba.trace(lambda x, w, b: ops.gelu(x @ w + b), ((m, k), dtype), ((k, n), dtype), ((n,), dtype), name="dense")
     label = f"dense+gelu {m}x{k}x{n} {dtype}"
     contests = []
-    x64 = lambda: jax.enable_x64(True)  # the JAX peers run in float64 mode
 
     # xla vs JAX
     xr = closing.enter_context(compute.new("xla"))
@@ -158,7 +164,7 @@ def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitS
         ref = np.asarray(jf(*dev))
     tol = 1e-9 if dtype == "float64" else 1e-4
     np.testing.assert_allclose(exe.run(xt)["out"].download(), ref, rtol=tol, atol=tol)
-    contests.append(Contest(label, "xla / JAX jit", caramba_xla, direct_jax, x64))
+    contests.append(Contest(label, "xla / JAX jit", caramba_xla, direct_jax, _x64))
 
     if m * k * n <= SYNC_ROW_MAX:  # informational: the opt-in synchronous client on a dispatch-bound graph
         sr = closing.enter_context(compute.new("xla:sync"))
@@ -169,7 +175,7 @@ def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitS
             sexe.run(st)["out"].wait()
 
         np.testing.assert_allclose(sexe.run(st)["out"].download(), ref, rtol=tol, atol=tol)
-        contests.append(Contest(label, "xla:sync / JAX jit (informational)", caramba_xla_sync, direct_jax, x64))
+        contests.append(Contest(label, "xla:sync / JAX jit (informational)", caramba_xla_sync, direct_jax, _x64))
 
     # onnx vs ORT on the same exported model
     orr = closing.enter_context(compute.new("onnx"))
@@ -217,7 +223,6 @@ def dense_contests(m: int, k: int, n: int, dtype: str, closing: contextlib.ExitS
 # ---- MLP train step -----------------------------------------------------------------------
 def train_contests(variant: str, closing: contextlib.ExitStack) -> list[Contest]:
     """The MLP train step through xla (donating) and onnx, each beside its peer."""
-    import jax
 
     from benchmarks.train_step import caramba_train_step, jax_step, problem
     from caramba import compute
@@ -250,8 +255,7 @@ def train_contests(variant: str, closing: contextlib.ExitStack) -> list[Contest]
         return run
 
     direct_jax, _ = jax_step(prob["params"], prob["x"], prob["y"])
-    contests.append(Contest(label, "xla:donate / JAX jit (both donate state)", caramba_step("xla"), direct_jax,
-                            lambda: jax.enable_x64(True)))
+    contests.append(Contest(label, "xla:donate / JAX jit (both donate state)", caramba_step("xla"), direct_jax, _x64))
 
     exe, batch = steps["onnx"]
     sess = exe.session

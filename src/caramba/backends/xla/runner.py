@@ -291,22 +291,22 @@ class XlaExecutable(Executable):
         wrong); what only caramba checks (names, which runner a tensor belongs to) is checked
         before the result is returned. A donating graph checks first, as ever."""
         store = self.runner.state
-        if store.version == self._state_checked_at:
-            if self._speculative:
-                try:
-                    args = [inputs[n].array for n in self._in_names]  # type: ignore[index,attr-defined]
-                    args += self._tail
-                    res = self._compiled(*args)
-                except Exception:  # not what this graph takes: the full checks say what is wrong
-                    return super().run(inputs)
-                if not self._is_rerun(inputs, store):
-                    self._checked(inputs or {})  # raises if the inputs were not right after all
-                return self._stored(self._finish(args, res))
-            if self._is_rerun(inputs, store):
-                args = [inputs[n].array for n in self._in_names]  # type: ignore[index,attr-defined]
-                args += self._tail
+        speculative = self._speculative
+        if store.version != self._state_checked_at or not (speculative or self._is_rerun(inputs, store)):
+            return super().run(inputs)
+        try:
+            args = [inputs[n].array for n in self._in_names]  # type: ignore[index,attr-defined]
+            args += self._tail
+            if not speculative:  # the inputs of the last run, checked then
                 return self._stored(self._dispatch(args))
-        return super().run(inputs)
+            res = self._compiled(*args)
+        except Exception:
+            if not speculative:
+                raise
+            return super().run(inputs)  # not what this graph takes: the full checks say what is wrong
+        if not self._is_rerun(inputs, store):
+            self._checked(inputs or {})  # raises if the inputs were not right after all
+        return self._stored(self._finish(args, res))
 
     def _stored(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
         """What a run that got this far returns: its writes are stored; the store moves on."""
