@@ -187,11 +187,15 @@ class Actor:
 
     @property
     def identity(self) -> "Identity":
-        """This incarnation's Ed25519 identity (generated on first use, named after the actor)."""
+        """This incarnation's Ed25519 identity, generated on first use and named
+        ``<actor>#<incarnation>``: the Notary binds a name to its first key, and a restarted
+        actor (a new process, a new key) is a new incarnation, not a key change of the old one."""
         if self._identity is None:
+            import secrets
+
             from caramba.actors.identity import Identity
 
-            self._identity = Identity.generate(self.context.name)
+            self._identity = Identity.generate(f"{self.context.name}#{secrets.token_hex(4)}")
         return self._identity
 
     @classmethod
