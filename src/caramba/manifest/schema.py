@@ -224,6 +224,8 @@ class Trainer(Strict):
     eval_batch_size: int | None = Field(default=None, ge=1)
     eval_batches: int | None = Field(default=None, ge=1, description="cap on eval batches per split")
     log_every: int = Field(10, ge=1)
+    checkpoint_every: int | None = Field(default=None, ge=0, description="checkpoint (and commit the metrics) every N "
+                                         "steps; a run resumes from its newest one (default: checkpoints.every)")
 
     @field_validator("optimizer", mode="before")
     @classmethod
@@ -243,6 +245,9 @@ class Run(Strict):
     steps: int | None = Field(default=None, ge=0)
     mode: Literal["train", "eval"] = "train"
     checkpoint: str | None = Field(default=None, description="start from this checkpoint (a file or run ID)")
+    checkpoint_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
+                                          description="the sha256 a checkpoint file must have (a run's are recorded)")
+    trust_checkpoint: bool = Field(False, description="load a checkpoint file whose digest nobody recorded")
 
 
 class Target(Strict):
