@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,11 @@ class Dataset:
         return f"{self.name}: {sizes}; fields {fields}"
 
 
-def split_counts(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
+def split_counts(n: int, fractions: Sequence[float], name: str = "") -> tuple[int, int, int]:
+    ok = len(fractions) == 3 and all(isinstance(f, int | float) and math.isfinite(f) and f >= 0 for f in fractions)
+    if not ok or fractions[0] <= 0 or abs(sum(fractions) - 1.0) > 1e-9:
+        raise DataError(f"dataset '{name}': split fractions (train, val, test) must be finite numbers >= 0, "
+                        f"train > 0, adding up to 1; got {tuple(fractions)}")
     train = round(n * fractions[0])
     val = round(n * fractions[1])
     test = n - train - val
@@ -86,7 +91,7 @@ class ArrayDataset(Dataset):
         if limit is not None:
             order = order[:limit]
             n = len(order)
-        counts = split_counts(n, fractions)
+        counts = split_counts(n, fractions, name)
         bounds = np.cumsum((0, *counts))
         self.parts: dict[str, dict[str, np.ndarray]] = {}
         for i, s in enumerate(SPLITS):
@@ -131,7 +136,7 @@ class TextDataset(Dataset):
     def __init__(self, name: str, tokens: np.ndarray, vocab: list[str], context: int, fractions: Sequence[float],
                  info: dict[str, Any] | None = None) -> None:
         n = len(tokens)
-        counts = split_counts(n, fractions)
+        counts = split_counts(n, fractions, name)
         bounds = np.cumsum((0, *counts))
         self.vocab = vocab
         self.context = context

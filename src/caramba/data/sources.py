@@ -1,11 +1,22 @@
-"""Dataset sources: scikit-learn's bundled data, seeded generators, local npz/csv/text files."""
+"""Dataset sources: scikit-learn's bundled data, seeded generators, local npz/csv/text files.
+
+Data roots: inside ``with data_roots(folders):`` a dataset file is read only when its real
+path (symlinks and ``..`` resolved) lies under one of ``folders``; anything else is refused
+with one message that does not say whether the path exists. The HTTP server checks submitted
+manifests this way; the command line reads any file its user can. Error messages name the
+file and a row or column, never the file's content.
+"""
 
 from __future__ import annotations
 
 import csv
 import gzip
 import importlib.util
-from collections.abc import Mapping
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +34,37 @@ SKLEARN_SETS = {
 }
 
 
+# A generated dataset holds at most this many numbers (512 MiB of float64).
+MAX_GENERATED_VALUES = 1 << 26
+# Never data, whatever the roots say: the kernel's and devices' views of the machine.
+SYSTEM_DIRS = ("/proc", "/sys", "/dev")
+
+_ROOTS: ContextVar[tuple[str, ...] | None] = ContextVar("caramba_data_roots", default=None)
+
+
+@contextmanager
+def data_roots(roots: Iterable[str | Path] | None) -> Iterator[None]:
+    """Within the block, dataset files are read only from under ``roots`` (``None``: no limit)."""
+    token = _ROOTS.set(None if roots is None else tuple(os.path.realpath(r) for r in roots))
+    try:
+        yield
+    finally:
+        _ROOTS.reset(token)
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _outside(name: str) -> DataError:
+    # One message for every refused path: it must not tell an existing file from a missing one.
+    return DataError(
+        f"dataset '{name}': its path is outside the folders this server reads data from",
+        hint="use a file next to the manifest (a relative path inside its folder), a generated or "
+        "scikit-learn dataset, or a file under one of the server's data roots (setting serve_data_roots)",
+    )
+
+
 def load_dataset(name: str, spec: Any, base_dir: Path | str = ".") -> Dataset:
     """Build dataset ``name`` from its manifest spec (a mapping or the schema model).
 
@@ -35,15 +77,28 @@ def load_dataset(name: str, spec: Any, base_dir: Path | str = ".") -> Dataset:
         raise DataError(f"dataset '{name}': unknown source {source!r}; {did_you_mean(str(source), loaders)}")
     split = s.get("split") or {"train": 0.8, "val": 0.0, "test": 0.2}
     fractions = (split["train"], split["val"], split["test"])
+    seed = s.get("seed", 0)
+    if not isinstance(seed, int) or not 0 <= seed < 1 << 63:
+        raise DataError(f"dataset '{name}': seed must be an integer from 0 to 2**63-1, got {seed!r}")
     return loaders[source](name, s, fractions, Path(base_dir))
 
 
 def _resolve(base: Path, path: str, name: str) -> Path:
-    p = Path(path).expanduser()
-    p = p if p.is_absolute() else base / p
-    if not p.is_file():
-        raise DataError(f"dataset '{name}': file {p} does not exist")
-    return p
+    roots = _ROOTS.get()
+    if roots is None:
+        p = Path(path).expanduser()
+        p = p if p.is_absolute() else base / p
+        if not p.is_file():
+            raise DataError(f"dataset '{name}': file {p} does not exist")
+        return p
+    if not path or "\x00" in path or path.startswith("~"):
+        raise _outside(name)
+    real = os.path.realpath(os.path.join(base, path))  # an absolute path replaces base
+    if any(_under(real, d) for d in SYSTEM_DIRS) or not any(_under(real, r) for r in roots):
+        raise _outside(name)
+    if not os.path.isfile(real):
+        raise DataError(f"dataset '{name}': file {path} does not exist")
+    return Path(real)
 
 
 # ---- scikit-learn's bundled data (read from the package's files, without importing sklearn) ----
@@ -97,6 +152,14 @@ def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Datase
     kind = s.get("kind", "blobs")
     rng = np.random.default_rng(s.get("seed", 0))
     n, f, k, noise = s.get("n", 1000), s.get("features", 2), s.get("classes", 2), s.get("noise", 0.1)
+    if not isinstance(noise, int | float) or not math.isfinite(noise) or noise < 0:
+        raise DataError(f"dataset '{name}': noise must be a finite number >= 0, got {noise!r}")
+    width = {"spirals": 2, "xor": 2, "tones": s.get("length", 256)}.get(kind, f)
+    values = max(n * (width + 1), k * f)
+    if values > MAX_GENERATED_VALUES:
+        raise DataError(f"dataset '{name}': a generated dataset of {n} examples x {width} values is {values:,} "
+                        f"numbers, over the limit of {MAX_GENERATED_VALUES:,}",
+                        hint="lower n (or features, classes, length); bigger data belongs in a file")
     info: dict[str, Any] = {"description": f"generated {kind}", "classes": k}
     if kind == "blobs":
         centers = rng.normal(0.0, 3.0, size=(k, f))
@@ -142,8 +205,9 @@ def _npz(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
     try:
         with np.load(path, allow_pickle=False) as z:
             available = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"dataset '{name}': cannot read {path}: {exc}") from None
+    except (OSError, ValueError, EOFError) as exc:  # their messages may quote the file: name only the kind
+        raise DataError(f"dataset '{name}': {path.name} is not a readable .npz file ({type(exc).__name__})",
+                        hint="write it with numpy.savez (no pickled objects)") from None
     mapping = s.get("fields") or {k: k for k in available}
     arrays = {}
     for fld, arr in mapping.items():
@@ -157,34 +221,66 @@ def _npz(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
     return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
 
 
+def _csv_rows(name: str, path: Path, delimiter: Any) -> list[list[str]]:
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+        raise DataError(f"dataset '{name}': delimiter must be one character (not a quote or line break), "
+                        f"got {delimiter!r}")
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter=delimiter)
+            return [r for r in reader if r]  # blank lines are no rows
+    except UnicodeDecodeError:
+        raise DataError(f"dataset '{name}': {path.name} is not UTF-8 text") from None
+    except csv.Error as exc:  # fixed texts ("field larger than field limit"), no content
+        line = reader.line_num if reader is not None else 0
+        raise DataError(f"dataset '{name}': {path.name} line {line} is not valid CSV: {exc}") from None
+    except OSError as exc:
+        raise DataError(f"dataset '{name}': cannot read {path.name}: {exc.strerror or type(exc).__name__}") from None
+
+
 def _csv(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
     path = _resolve(base, s["path"], name)
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter=s.get("delimiter", ",")))
+    rows = _csv_rows(name, path, s.get("delimiter", ","))
     header = rows.pop(0) if s.get("header", True) and rows else None
     if not rows:
-        raise DataError(f"dataset '{name}': {path} has no data rows")
+        raise DataError(f"dataset '{name}': {path.name} has no data rows")
     target = s.get("target", -1)
     ncols = len(rows[0])
+    first = 2 if header is not None else 1  # line number of the first data row
+    for i, r in enumerate(rows):
+        if len(r) != ncols:
+            raise DataError(f"dataset '{name}': {path.name} row {first + i} has {len(r)} columns, the first row {ncols}")
     if isinstance(target, str):
+        # Column names are the file's content: say how many there are, never what they are.
         if header is None or target not in header:
             raise DataError(f"dataset '{name}': no column '{target}' in {path.name}; "
-                            + (did_you_mean(target, header) if header else "the file has no header"))
+                            + (f"its header has {len(header)} columns; give a column's exact name or its index"
+                               if header else "the file has no header; give the column's index"))
         col = header.index(target)
-    else:
+    elif isinstance(target, int) and -ncols <= target < ncols:
         col = target % ncols
-    try:
-        table = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
-    except ValueError as exc:
-        raise DataError(f"dataset '{name}': {path.name} must hold numbers only: {exc}") from None
-    except TypeError:
-        raise DataError(f"dataset '{name}': {path.name} rows have different lengths") from None
-    if table.ndim != 2 or table.shape[1] != ncols:
-        raise DataError(f"dataset '{name}': {path.name} rows have different lengths")
+    else:
+        raise DataError(f"dataset '{name}': target column {target!r} is out of range for {ncols} columns")
+    table = np.empty((len(rows), ncols), dtype=np.float64)
+    for i, r in enumerate(rows):
+        for j, v in enumerate(r):
+            try:
+                table[i, j] = float(v)
+            except ValueError:  # the ValueError quotes the cell: name its place instead
+                raise DataError(f"dataset '{name}': {path.name} must hold numbers only; row {first + i}, "
+                                f"column {j + 1} is not a number") from None
+    if not np.isfinite(table).all():
+        i, j = np.argwhere(~np.isfinite(table))[0]
+        raise DataError(f"dataset '{name}': {path.name} row {first + i}, column {j + 1} is not a finite number")
     x = np.delete(table, col, axis=1)
     info: dict[str, Any] = {"description": f"{path.name}, {len(rows)} rows"}
     if s.get("target_dtype", "int64") == "int64":
-        y = table[:, col].astype(np.int64)
+        labels = table[:, col]
+        if (labels < 0).any() or (labels != np.round(labels)).any() or (labels >= 1 << 31).any():
+            raise DataError(f"dataset '{name}': the target column of {path.name} must hold class indices "
+                            "(whole numbers from 0); for real-valued targets set target_dtype: float64")
+        y = labels.astype(np.int64)
         info["classes"] = int(y.max()) + 1
     else:
         y = table[:, col : col + 1]
@@ -195,8 +291,13 @@ def _text(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
     path = _resolve(base, s["path"], name)
     try:
         text = path.read_text(encoding=s.get("encoding", "utf-8"))
-    except (OSError, UnicodeDecodeError, LookupError) as exc:
-        raise DataError(f"dataset '{name}': cannot read {path}: {exc}") from None
+    except UnicodeDecodeError as exc:  # its message quotes the bytes: name the offset only
+        raise DataError(f"dataset '{name}': {path.name} is not {s.get('encoding', 'utf-8')} text "
+                        f"(byte {exc.start})") from None
+    except LookupError:
+        raise DataError(f"dataset '{name}': unknown text encoding {s.get('encoding')!r}") from None
+    except OSError as exc:
+        raise DataError(f"dataset '{name}': cannot read {path.name}: {exc.strerror or type(exc).__name__}") from None
     if s.get("max_chars"):
         text = text[: s["max_chars"]]
     vocab = sorted(set(text))

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from caramba.errors import CarambaError
+from caramba.errors import CarambaError, ConfigError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -72,6 +73,23 @@ STATUSES = ("created", "running", "finished", "failed", "cancelled")
 
 class RunNotFound(CarambaError):
     """No run matches the given ID or prefix. ``caramba research status`` lists the runs."""
+
+
+class StoreUnavailable(ConfigError):
+    """The run store's folder cannot be created or written: a path through a regular file, a
+    read-only disk, no permission, a database that refuses writes. Nothing was recorded. Point
+    the ``store`` setting (caramba.yml, ``CARAMBA_STORE`` or ``--store``) at a writable folder."""
+
+
+def _unusable(where: Path, exc: BaseException) -> StoreUnavailable:
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return StoreUnavailable(f"the run store {where} cannot be used: {reason}",
+                            hint="point the `store` setting (caramba.yml, CARAMBA_STORE or --store) at a folder "
+                            "this process can write")
+
+
+# sqlite's words for a store it cannot write, as opposed to a busy or broken one
+_UNWRITABLE = ("readonly", "read-only", "unable to open", "disk i/o error", "permission")
 
 
 @dataclass
@@ -123,21 +141,35 @@ class RunStore:
     """Runs, metrics and artifacts on local disk (directory + SQLite)."""
 
     def __init__(self, root: str | Path) -> None:
+        """Open (creating if needed) the store at ``root``; a folder that cannot be created or
+        written raises StoreUnavailable naming it, before anything is recorded."""
         self.root = Path(root).expanduser()
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "runs").mkdir(exist_ok=True)
         self.db_path = self.root / "runs.sqlite"
+        try:
+            (self.root / "runs").mkdir(parents=True, exist_ok=True)
+            probe = self.root / "runs" / f".write-probe-{os.getpid()}-{secrets.token_hex(4)}"
+            probe.write_bytes(b"")  # a read-only mount lets mkdir(exist_ok) pass; a write does not
+            probe.unlink()
+        except OSError as exc:
+            raise _unusable(self.root, exc) from None
         with self._db() as db:
             db.executescript(SCHEMA)
 
     @contextmanager
     def _db(self):
-        db = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            db = sqlite3.connect(self.db_path, timeout=30)
+        except sqlite3.Error as exc:
+            raise _unusable(self.db_path, exc) from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.row_factory = sqlite3.Row
             yield db
             db.commit()
+        except sqlite3.OperationalError as exc:
+            if any(w in str(exc).lower() for w in _UNWRITABLE):
+                raise _unusable(self.db_path, exc) from None
+            raise
         finally:
             db.close()
 
@@ -149,14 +181,22 @@ class RunStore:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment)[:40] or "run"
         run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
         now = time.time()
-        with self._db() as db:
-            db.execute(
-                "INSERT INTO runs (id, experiment, group_id, arm, target, run_name, seed, backend, status, created,"
-                " steps, manifest_path, manifest_sha256, config) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, experiment, group_id, arm, target, run_name, seed, backend, "created", now, steps,
-                 manifest_path, manifest_sha256, json.dumps(dict(config or {}), default=str)),
-            )
-        self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+        folder = self.run_dir(run_id)
+        try:  # the folder first: a store that cannot hold the run's files records no run
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unusable(self.root, exc) from None
+        try:
+            with self._db() as db:
+                db.execute(
+                    "INSERT INTO runs (id, experiment, group_id, arm, target, run_name, seed, backend, status, created,"
+                    " steps, manifest_path, manifest_sha256, config) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_id, experiment, group_id, arm, target, run_name, seed, backend, "created", now, steps,
+                     manifest_path, manifest_sha256, json.dumps(dict(config or {}), default=str)),
+                )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return self.get(run_id)
 
     def run_dir(self, run_id: str) -> Path:
@@ -190,15 +230,18 @@ class RunStore:
         return RunRecord(dir=self.run_dir(d["id"]), **d)
 
     def get(self, ref: str) -> RunRecord:
-        """A run by ID, unique ID prefix, or ``latest``."""
+        """A run by ID, unique ID prefix, or ``latest``. A prefix is compared as text (``_``
+        and ``%`` are characters, not wildcards)."""
+        if not ref:
+            raise RunNotFound("an empty run ID matches no run", hint="`caramba research status` lists the runs")
         with self._db() as db:
             if ref == "latest":
                 row = db.execute("SELECT * FROM runs ORDER BY created DESC LIMIT 1").fetchone()
                 if row is None:
                     raise RunNotFound(f"the store {self.root} has no runs yet")
                 return self._record(row)
-            rows = db.execute("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY created DESC LIMIT 5",
-                              (ref, ref.replace("%", "") + "%")).fetchall()
+            rows = db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created DESC LIMIT 5",
+                              (len(ref), ref)).fetchall()
         exact = [r for r in rows if r["id"] == ref]
         if exact:
             return self._record(exact[0])
@@ -296,7 +339,8 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def open_runs(root: str | Path | None = None) -> RunStore:
-    """The run store at ``root`` (default: the ``store`` setting)."""
+    """The run store at ``root`` (default: the ``store`` setting); StoreUnavailable when that
+    folder cannot be created or written."""
     if root is None:
         from caramba.config import settings
 
@@ -304,4 +348,4 @@ def open_runs(root: str | Path | None = None) -> RunStore:
     return RunStore(root)
 
 
-__all__ = ["Artifact", "RunNotFound", "RunRecord", "RunStore", "open_runs"]
+__all__ = ["Artifact", "RunNotFound", "RunRecord", "RunStore", "StoreUnavailable", "open_runs"]
