@@ -2,6 +2,14 @@
 
 Every actor incarnation signs its evidence with its own key; the Notary records which public
 key belongs to which actor, and checks signatures again whenever it judges validity.
+
+Binding and rotation: the first registration of an actor name binds it to a key (with proof
+of possession: the key's signature over ``registration_bytes``). Another key for that name is
+accepted only as a rotation: a signature over ``rotation_bytes(actor, old, new)`` by the old
+key, or by the **operator**. The operator is whoever holds the Notary's key (``notary.key``,
+mode 0600, next to the ledger): that key also countersigns every ledger row and signs tree
+heads. The Notary never signs a rotation on anyone's request; an operator does, on purpose:
+``Identity.load_or_create(".../notary/notary.key", "notary").sign(rotation_bytes(...))``.
 """
 
 from __future__ import annotations
@@ -74,10 +82,20 @@ class Identity:
         return f"<Identity {self.name} {self.public_key[:12]}…>"
 
 
+def registration_bytes(actor: str, public_key: str) -> bytes:
+    """What a key signs to prove possession when it is registered for ``actor``."""
+    return canonical({"register": actor, "public_key": public_key})
+
+
+def rotation_bytes(actor: str, old_key: str, new_key: str) -> bytes:
+    """What the old key (or the operator key) signs to move ``actor`` from ``old_key`` to ``new_key``."""
+    return canonical({"rotate": actor, "from": old_key, "to": new_key})
+
+
 def verify_signature(public_key: str, signature: str, data: bytes) -> bool:
     """True if ``signature`` (hex) over ``data`` was made by ``public_key`` (hex)."""
     try:
         Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key)).verify(bytes.fromhex(signature), data)
-    except (InvalidSignature, ValueError):
+    except (InvalidSignature, ValueError, TypeError):
         return False
     return True

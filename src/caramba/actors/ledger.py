@@ -1,17 +1,27 @@
-"""The Notary's ledger: append-only, hash-chained, signed evidence, judged at query time.
+"""The Notary's ledger: an append-only transparency log of signed evidence, judged at query time.
 
 Entries are Intent / Event / Claim / ArtifactRef records with dependency edges. Each is signed
 by the Ed25519 key of the actor that emitted it, and chained: ``hash = sha256(seq, prev hash,
-time, signed body, key, signature)``. Nothing is ever "marked valid"; ``validity`` recomputes
-the truth of an entry by walking its dependency DAG, re-hashing every row on the way,
-re-checking signatures and key registrations, re-hashing artifact bytes in storage, applying
-invariants (metrics are finite) and looking for voids. An invalid entry comes with its reason
-chain: the path from it to the evidence that failed, and why.
+time, signed body, key, signature)``. The Notary countersigns every row: its **receipt** is
+its signature over ``(seq, prev, hash)``, so a row's position is inside a signed payload and a
+row moved, replayed or re-chained by hand no longer verifies. Nothing is ever "marked valid";
+``validity`` recomputes the truth of an entry by walking its dependency DAG, re-checking every
+row on the way (shape, hash, chain link, receipt, signature, the key bound to its actor at that
+point), re-hashing artifact bytes in storage, applying invariants (metrics are finite) and
+looking for voids. An invalid entry comes with its reason chain.
 
-Layers of protection: SQLite triggers refuse UPDATE/DELETE; a row edited anyway no longer
-hashes to its stored hash, and its signature no longer verifies; a row re-hashed by hand
-breaks the next row's ``prev`` link; a rewritten chain fails the genesis key, which must be
-this Notary's pinned key.
+As in Certificate Transparency (RFC 6962), the whole ledger is summed up by a **signed tree
+head**: the Merkle root over the entry hashes, the tree size, signed by the Notary (the
+operator key). A client that keeps a head can later check that the ledger still extends it
+(``verify(against=head)``): truncation and rollback, which no per-row check can see, fail.
+
+Identities are bound at first registration: a later registration of the same actor name with
+another key is refused unless it is a rotation signed by the old key or by the operator.
+
+Layers of protection: SQLite triggers refuse UPDATE/DELETE; ``PRAGMA integrity_check`` is part
+of ``verify``; a row edited anyway no longer parses, hashes to its stored hash, or verifies;
+a row re-hashed by hand breaks the next row's ``prev`` link and its receipt; a rewritten chain
+fails the genesis key, which must be this Notary's pinned key; a shortened one fails a kept head.
 """
 
 from __future__ import annotations
@@ -20,16 +30,24 @@ import hashlib
 import json
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from caramba.actors.identity import Identity, canonical, verify_signature
+from caramba.actors.identity import (
+    Identity,
+    canonical,
+    registration_bytes,
+    rotation_bytes,
+    verify_signature,
+)
 from caramba.actors.messages import Message
 from caramba.errors import CarambaError
 
@@ -37,10 +55,11 @@ KINDS = ("intent", "event", "claim", "artifact")
 Kind = Literal["intent", "event", "claim", "artifact"]
 Verdict = Literal["VERIFIED", "VOIDED", "UNKNOWN"]
 GENESIS_PREV = "0" * 64
+FORMAT = 2  # on-disk format (PRAGMA user_version); 1 had no receipts, proofs or tree heads
+TREE_HEAD_FORMAT = "caramba-tree-head/1"
 
 # ArtifactChecker: key -> (sha256, size) of the bytes stored now; raises CarambaError if missing.
 ArtifactChecker = Callable[[str], tuple[str, int]]
-
 
 class LedgerError(CarambaError):
     """The ledger refused an entry (bad signature, unregistered key, unknown dependency, bad
@@ -49,6 +68,28 @@ class LedgerError(CarambaError):
 
 class UnknownEntry(LedgerError):
     """No entry with that hash (or ``#seq``) exists in the ledger."""
+
+
+class IdentityBound(LedgerError):
+    """The actor name is already bound to another key. Register the new key under another
+    name, or rotate: sign ``rotation_bytes(actor, old_key, new_key)`` with the old key or the
+    operator (Notary) key and pass it as ``rotation``."""
+
+
+class MalformedEntry(LedgerError):
+    """A ledger row does not have the shape the Notary writes (an edited kind, garbage JSON, a
+    wrong type, NULL, bad hex): it was changed outside the Notary. The message names the row;
+    ``caramba notary verify`` lists every such row. A malformed row never makes anything VALID."""
+
+
+class CorruptLedger(LedgerError):
+    """The ledger file itself is damaged: SQLite cannot read it, or its integrity check fails.
+    Restore the file from a copy; ``caramba notary verify --against HEAD`` tells whether a
+    restored copy still extends the tree head you kept."""
+
+
+class TreeHeadError(LedgerError):
+    """A tree head could not be read: neither a file holding tree-head JSON nor that JSON."""
 
 
 # ---- records ---------------------------------------------------------------------------------
@@ -79,7 +120,8 @@ class EntryBody(Message):
 
 
 class Entry(Message):
-    """A recorded entry (a row of the ledger)."""
+    """A recorded entry (a row of the ledger). ``receipt`` is the Notary's signature over the
+    row's position (``receipt_bytes(seq, prev, hash)``)."""
 
     seq: int
     hash: str
@@ -94,6 +136,7 @@ class Entry(Message):
     procedure: dict[str, Any]
     public_key: str
     signature: str
+    receipt: str = ""
 
     def body(self) -> EntryBody:
         return EntryBody(
@@ -118,8 +161,73 @@ def row_hash(seq: int, prev: str, t: float, body: bytes, public_key: str, signat
     return h.hexdigest()
 
 
+def receipt_bytes(seq: int, prev: str, entry_hash: str) -> bytes:
+    """What the Notary signs for every row it appends: the row's position in the ledger."""
+    return canonical({"receipt": "caramba-ledger", "seq": seq, "prev": prev, "hash": entry_hash})
+
+
+# ---- Merkle tree heads (RFC 6962 section 2.1) --------------------------------------------------
+def merkle_root(leaves: list[bytes]) -> str:
+    """The RFC 6962 Merkle Tree Hash of ``leaves`` (hex): leaves are hashed as
+    ``sha256(0x00 || leaf)``, nodes as ``sha256(0x01 || left || right)``, and a lone right node
+    moves up a level unchanged (which builds the RFC's left-complete tree)."""
+    if not leaves:
+        return hashlib.sha256(b"").hexdigest()
+    level = [hashlib.sha256(b"\x00" + x).digest() for x in leaves]
+    while len(level) > 1:
+        nxt = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0].hex()
+
+
+class TreeHead(Message):
+    """A signed tree head: the ledger's first ``size`` entries hash (as a Merkle tree over their
+    entry hashes) to ``root``, says the Notary with key ``notary_key``. ``time`` is the time of
+    the newest entry it covers. Keep one (``caramba notary head --out FILE``) to check later
+    that the ledger was neither truncated nor rewritten (``caramba notary verify --against``)."""
+
+    format: str = TREE_HEAD_FORMAT
+    size: int
+    root: str
+    time: float
+    notary_key: str
+    signature: str
+
+    def signed_bytes(self) -> bytes:
+        return canonical({"format": self.format, "size": self.size, "root": self.root, "time": self.time,
+                          "notary_key": self.notary_key})
+
+    def signature_ok(self) -> bool:
+        return verify_signature(self.notary_key, self.signature, self.signed_bytes())
+
+    def label(self) -> str:
+        return f"tree head (size {self.size}, root {self.root[:12]}…)"
+
+    @classmethod
+    def load(cls, source: str) -> "TreeHead":
+        """A kept head from ``source``: a file holding tree-head JSON, or the JSON itself."""
+        text, where = source, "the given JSON"
+        if not source.lstrip().startswith("{"):
+            try:
+                text, where = Path(source).read_text(), f"file {source}"
+            except OSError as exc:
+                raise TreeHeadError(f"cannot read tree head {source!r}: {exc.strerror or exc}",
+                                    hint="pass a file written by `caramba notary head --out FILE`, or its JSON") from None
+        try:
+            head = cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise TreeHeadError(f"{where} is not a caramba tree head: {exc.errors()[0]['msg']}",
+                                hint="`caramba notary head` prints one; keep its JSON as it is") from None
+        if head.format != TREE_HEAD_FORMAT:
+            raise TreeHeadError(f"{where}: tree head format {head.format!r} is not {TREE_HEAD_FORMAT!r}")
+        return head
+
+
 class Reason(Message):
-    """One link of a reason chain: which entry, and what is wrong with it (or which dependency)."""
+    """One link of a reason chain: which entry, and what is wrong with it (or which dependency).
+    ``kind == "row"`` means the row itself could not be read as an entry."""
 
     seq: int
     entry: str
@@ -128,6 +236,8 @@ class Reason(Message):
     problem: str
 
     def __str__(self) -> str:
+        if self.kind == "row":
+            return f"row {self.seq}: {self.problem}"
         return f"#{self.seq} {self.kind} '{self.name}': {self.problem}"
 
 
@@ -188,12 +298,31 @@ class Audit(Message):
 
 
 class LedgerReport(Message):
-    """End-to-end integrity of the whole ledger (chain, signatures, keys, dependencies, artifacts)."""
+    """End-to-end integrity of the whole ledger: the database file (``database``), every row
+    (chain, receipts, signatures, bound keys, dependencies, artifacts: ``problems``) and, when a
+    kept tree head was given, consistency with it (``head_problems``). ``tree`` is the signed
+    head of the ledger as it is now (None when the ledger does not verify)."""
 
     ok: bool
     entries: int
     head: str
     problems: list[Reason] = Field(default_factory=list)
+    file: str = ""
+    database: list[str] = Field(default_factory=list)
+    head_problems: list[str] = Field(default_factory=list)
+    against: TreeHead | None = None
+    tree: TreeHead | None = None
+
+    def as_text(self) -> str:
+        if self.ok:
+            kept = f"; extends the kept {self.against.label()}" if self.against else ""
+            return f"ledger OK: {self.entries} entries, head {self.head[:12]}{kept}"
+        n = len(self.database) + len(self.problems) + len(self.head_problems)
+        lines = [f"ledger INVALID: {n} problem(s) in {self.entries} entries ({self.file})"]
+        lines += [f"  {d}" for d in self.database]
+        lines += [f"  {h}" for h in self.head_problems]
+        lines += [f"  {p}" for p in self.problems]
+        return "\n".join(lines)
 
 
 # ---- invariants: facts every entry must satisfy, checked at query time ---------------------------
@@ -231,81 +360,213 @@ INVARIANTS: dict[str, Callable[[Entry], str | None]] = {
 }
 
 
-# ---- the ledger ----------------------------------------------------------------------------------
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS entries (
-    seq INTEGER PRIMARY KEY,
-    hash TEXT NOT NULL UNIQUE,
-    prev TEXT NOT NULL,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    name TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    depends_on TEXT NOT NULL,
-    procedure TEXT NOT NULL,
-    public_key TEXT NOT NULL,
-    signature TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS entries_subject ON entries (subject, name);
-CREATE TRIGGER IF NOT EXISTS entries_append_only_update BEFORE UPDATE ON entries
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS entries_append_only_delete BEFORE DELETE ON entries
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-"""
-_COLS = "seq, hash, prev, time, kind, actor, subject, name, payload, depends_on, procedure, public_key, signature"
+# ---- rows: the table, and reading a row without trusting it -------------------------------------
+_SCHEMA = (
+    """CREATE TABLE entries (
+        seq INTEGER PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        prev TEXT NOT NULL,
+        time REAL NOT NULL,
+        kind TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        name TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        depends_on TEXT NOT NULL,
+        procedure TEXT NOT NULL,
+        public_key TEXT NOT NULL,
+        signature TEXT NOT NULL,
+        receipt TEXT NOT NULL
+    )""",
+    "CREATE INDEX entries_subject ON entries (subject, name)",
+    "CREATE INDEX entries_signature ON entries (signature)",
+    """CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END""",
+    """CREATE TRIGGER entries_append_only_delete BEFORE DELETE ON entries
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END""",
+    f"PRAGMA user_version = {FORMAT}",
+)
+_COLS = "seq, hash, prev, time, kind, actor, subject, name, payload, depends_on, procedure, public_key, signature, receipt"
+_HEX = {64: re.compile(r"[0-9a-f]{64}"), 128: re.compile(r"[0-9a-f]{128}")}
 
 
-def _row_to_entry(row: tuple) -> Entry:
-    seq, h, prev, t, kind, actor, subject, name, payload, deps, proc, pk, sig = row
-    return Entry(
-        seq=seq, hash=h, prev=prev, time=t, kind=kind, actor=actor, subject=subject, name=name,
-        payload=json.loads(payload), depends_on=json.loads(deps), procedure=json.loads(proc),
-        public_key=pk, signature=sig,
+def _show(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bytes):
+        return f"a {len(v)}-byte BLOB"
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def _parse_row(row: tuple) -> tuple[Entry, list[str]]:
+    """The entry a row holds, and what is wrong with the row's shape ([] for a well-formed row).
+    A malformed row still yields an Entry (with placeholders) so that it keeps its place."""
+    bad: list[str] = []
+
+    def text(col: str, v: Any) -> str:
+        if isinstance(v, str):
+            return v
+        bad.append(f"{col} is {_show(v)}, not text")
+        return "" if v is None else str(v)
+
+    def hexa(col: str, v: Any, digits: int) -> str:
+        s = text(col, v)
+        if isinstance(v, str) and not _HEX[digits].fullmatch(s):
+            bad.append(f"{col} {_show(s)} is not {digits} lowercase hex digits")
+        return s
+
+    def js(col: str, v: Any, want: type) -> Any:
+        s = text(col, v)
+        if not isinstance(v, str):
+            return want()
+        try:
+            obj = json.loads(s)
+        except ValueError as exc:
+            bad.append(f"{col} is not JSON ({exc.msg} at character {exc.pos})")
+            return want()
+        if not isinstance(obj, want):
+            bad.append(f"{col} is a JSON {type(obj).__name__}, not a JSON {'object' if want is dict else 'list'}")
+            return want()
+        return obj
+
+    seq, h, prev, t, kind, actor, subject, name, payload, deps, proc, pk, sig, receipt = row
+    if not isinstance(seq, int):  # seq is the rowid: SQLite keeps it an integer
+        bad.append(f"seq is {_show(seq)}, not an integer")
+        seq = -1
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+        t = float(t)
+    else:
+        bad.append(f"time is {_show(t)}, not a finite number")
+        t = 0.0
+    kind_s = text("kind", kind)
+    if isinstance(kind, str) and kind not in KINDS:
+        bad.append(f"kind {_show(kind)} is not one of {', '.join(KINDS)}")
+    dep_list = js("depends_on", deps, list)
+    if not all(isinstance(d, str) and _HEX[64].fullmatch(d) for d in dep_list):
+        bad.append("depends_on holds something other than entry hashes (64 hex digits)")
+        dep_list = []
+    entry = Entry(
+        seq=seq, hash=hexa("hash", h, 64), prev=hexa("prev", prev, 64), time=t, kind=kind_s,
+        actor=text("actor", actor), subject=text("subject", subject), name=text("name", name),
+        payload=js("payload", payload, dict), depends_on=dep_list, procedure=js("procedure", proc, dict),
+        public_key=hexa("public_key", pk, 64), signature=hexa("signature", sig, 128),
+        receipt=hexa("receipt", receipt, 128),
     )
+    return entry, bad
+
+
+def _strict(row: tuple) -> Entry:
+    entry, bad = _parse_row(row)
+    if bad:
+        raise MalformedEntry(f"row {entry.seq}: " + "; ".join(bad),
+                             hint="the row was changed outside the Notary; `caramba notary verify` lists every damaged row")
+    return entry
 
 
 @dataclass
 class _Snapshot:
-    """The whole ledger as read for one query, with row-level integrity already checked."""
+    """The whole ledger as read for one query, with row-level integrity already checked.
+    ``entries`` is what the query sees (up to ``as_of``); ``all`` every row."""
 
+    all: list[Entry]
     entries: list[Entry]
     by_hash: dict[str, Entry]
-    row_problems: dict[int, list[str]]  # index in entries -> problems with the row itself
-    keys: dict[tuple[str, str], Entry]  # (actor, public key) -> registering entry
+    index: dict[int, int]  # id(entry) -> index in ``all``
+    row_problems: dict[int, list[str]]  # index -> problems with the row itself (integrity)
+    malformed: set[int]  # indices of rows that do not parse (only row problems are judged)
+    bindings: dict[str, list[Entry]] = field(default_factory=dict)  # actor -> identity entries, oldest first
+    identity_problems: dict[int, str] = field(default_factory=dict)  # index of identity event -> why it binds nothing
     voids: dict[str, list[Entry]] = field(default_factory=dict)
     first_bad: int | None = None  # index of the first row with integrity problems
+
+    def at(self, e: Entry) -> int:
+        return self.index.get(id(e), -1)
+
+    def bound(self, actor: str, e: Entry) -> Entry | None:
+        """The identity entry binding ``actor``'s key in force when ``e`` was recorded."""
+        found = None
+        for reg in self.bindings.get(actor, []):
+            if reg.seq < e.seq or reg is e:
+                found = reg
+        return found
 
 
 class Ledger:
     """The ledger in an SQLite file, owned by one Notary ``identity`` (its key is pinned in the
-    genesis entry). ``clock`` gives entry times (default ``time.time``)."""
+    genesis entry; it countersigns every row and signs tree heads). ``clock`` gives entry times
+    (default ``time.time``). The operator key, which may sign key rotations for any actor, is
+    the Notary's own key (``operator_key``)."""
 
     def __init__(self, path: str | os.PathLike, identity: Identity, clock: Callable[[], float] = time.time) -> None:
         self.path = os.fspath(path)
         self.identity = identity
+        self.operator_key = identity.public_key
         self.clock = clock
         self._lock = threading.RLock()
         self._sig_cache: dict[tuple[str, str, str], bool] = {}
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
-        genesis = self._db.execute(f"SELECT {_COLS} FROM entries WHERE seq = 0").fetchone()
-        if genesis is None:
-            body = EntryBody(
-                kind="event", actor=identity.name, name="genesis",
-                payload={"public_key": identity.public_key}, procedure=_procedure(),
-            )
-            self._insert(body, identity.public_key, identity.sign(body.signed_bytes()))
-        else:
-            g = _row_to_entry(genesis)
-            if g.public_key != identity.public_key or g.payload.get("public_key") != identity.public_key:
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            if _busy(exc):
+                raise
+            raise self._corrupt(exc) from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _corrupt(self, exc: sqlite3.DatabaseError) -> CorruptLedger:
+        return CorruptLedger(
+            f"ledger file {self.path} cannot be read by SQLite: {exc}",
+            hint="the file was damaged; restore it from a copy and check it with `caramba notary verify --against HEAD`",
+        )
+
+    def _open(self) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'").fetchone()
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if exists and version != FORMAT:
                 raise LedgerError(
-                    f"ledger {self.path} was created by Notary key {g.public_key[:16]}…, "
-                    f"not this Notary's key {identity.public_key[:16]}…",
-                    hint="open it with the Notary's own key file (notary.key next to the ledger)",
+                    f"ledger {self.path} is in format {version or 1}; this caramba reads format {FORMAT} "
+                    "(rows countersigned with their sequence number, stored proofs of key possession, "
+                    "signed tree heads), which an old ledger cannot be given after the fact",
+                    hint="keep the old file for the record (rename it, e.g. ledger-v1.sqlite, and verify it with "
+                    "the caramba that wrote it); the Notary then starts a new ledger",
                 )
+            if not exists:
+                for stmt in _SCHEMA:
+                    db.execute(stmt)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        genesis = db.execute(f"SELECT {_COLS} FROM entries WHERE seq = 0").fetchone()
+        ident = self.identity
+        if genesis is None:
+            self.append_own("event", "genesis", {"public_key": ident.public_key, "format": FORMAT})
+            return
+        g, bad = _parse_row(genesis)
+        if bad or g.public_key != ident.public_key or g.payload.get("public_key") != ident.public_key:
+            raise LedgerError(
+                f"ledger {self.path} was created by Notary key {g.public_key[:16]}…, "
+                f"not this Notary's key {ident.public_key[:16]}…" + (f" (its genesis row is damaged: {'; '.join(bad)})" if bad else ""),
+                hint="open it with the Notary's own key file (notary.key next to the ledger)",
+            )
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
+        """Rows of a read, with SQLite's complaints about a damaged file turned into CorruptLedger."""
+        with self._lock:
+            try:
+                return self._db.execute(sql, tuple(args)).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise
+                raise self._corrupt(exc) from None
 
     # ---- writing ---------------------------------------------------------------------------------
     def _insert(self, body: EntryBody, public_key: str, signature: str) -> Entry:
@@ -314,15 +575,19 @@ class Ledger:
             try:
                 head = self._db.execute("SELECT seq, hash, time FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
                 seq, prev, last = (head[0] + 1, head[1], head[2]) if head else (0, GENESIS_PREV, 0.0)
-                t = max(float(self.clock()), last)
+                if not (isinstance(prev, str) and isinstance(last, (int, float))):
+                    raise MalformedEntry(f"row {seq - 1}, the last one, is malformed: nothing can be chained to it",
+                                         hint="`caramba notary verify` names every damaged row; restore the ledger file")
+                t = max(float(self.clock()), float(last))
                 signed = body.signed_bytes()
                 h = row_hash(seq, prev, t, signed, public_key, signature)
+                receipt = self.identity.sign(receipt_bytes(seq, prev, h))
                 self._db.execute(
-                    f"INSERT INTO entries ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO entries ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         seq, h, prev, t, body.kind, body.actor, body.subject, body.name,
                         canonical(body.payload).decode(), canonical(list(body.depends_on)).decode(),
-                        canonical(body.procedure).decode(), public_key, signature,
+                        canonical(body.procedure).decode(), public_key, signature, receipt,
                     ),
                 )
                 self._db.execute("COMMIT")
@@ -331,32 +596,63 @@ class Ledger:
                 raise
         return self.get(h)
 
-    def register(self, actor: str, public_key: str, proof: str) -> Entry:
-        """Record that ``public_key`` speaks for ``actor``. ``proof`` is the key's signature over
-        ``registration_bytes(actor, public_key)`` (possession of the private key)."""
+    def register(self, actor: str, public_key: str, proof: str, rotation: str | None = None) -> Entry:
+        """Bind ``public_key`` to ``actor``. ``proof`` is the key's signature over
+        ``registration_bytes(actor, public_key)`` (possession of the private key). The first
+        registration of a name binds it; registering the bound key again returns that entry;
+        another key is refused (IdentityBound) unless ``rotation`` is a signature over
+        ``rotation_bytes(actor, old_key, public_key)`` by the old key or the operator key."""
         if not verify_signature(public_key, proof, registration_bytes(actor, public_key)):
             raise LedgerError(f"identity registration of '{actor}': proof does not verify against its key")
         with self._lock:
-            known = self._key_entry(actor, public_key)
-            if known is not None:
-                return known
-            return self.append_own("event", "identity", {"actor": actor, "public_key": public_key}, subject=actor)
+            current = self._binding(actor)
+            payload: dict[str, Any] = {"actor": actor, "public_key": public_key, "proof": proof}
+            if current is not None:
+                old = current.payload["public_key"] if current.seq else self.identity.public_key
+                if old == public_key:
+                    return current
+                if current.seq == 0:
+                    raise IdentityBound(f"'{actor}' is the Notary's own name; it cannot be bound to another key")
+                if rotation is None:
+                    raise IdentityBound(
+                        f"actor '{actor}' is bound to key {old[:16]}… since #{current.seq}; "
+                        f"a registration with another key {public_key[:16]}… is refused",
+                        hint="register the new key under another name, or rotate: sign rotation_bytes(actor, old key, "
+                        "new key) with the old key or the operator (Notary) key and pass it as `rotation`",
+                    )
+                by = _rotation_signer(rotation, actor, old, public_key, self.operator_key)
+                if by is None:
+                    raise LedgerError(
+                        f"key rotation of '{actor}' from {old[:16]}… to {public_key[:16]}…: the rotation signature "
+                        "verifies against neither the old key nor the operator key",
+                    )
+                payload["rotation"] = {"from": old, "by": by, "signature": rotation}
+            return self.append_own("event", "identity", payload, subject=actor)
 
     def append(self, body: EntryBody, public_key: str, signature: str) -> Entry:
-        """Record ``body`` signed by ``public_key``. Refuses bad signatures, unregistered keys and
-        unknown dependencies (the entry would be invalid from birth)."""
+        """Record ``body`` signed by ``public_key``. Refuses bad signatures, keys not bound to the
+        actor and unknown dependencies (the entry would be invalid from birth). The same signed
+        body sent again (a retry, or a replay) is recorded once: its entry is returned."""
         if body.kind not in KINDS:
             raise LedgerError(f"unknown entry kind '{body.kind}'; valid: {', '.join(KINDS)}")
-        if not verify_signature(public_key, signature, body.signed_bytes()):
+        signed = body.signed_bytes()
+        if not verify_signature(public_key, signature, signed):
             raise LedgerError(f"{body.kind} '{body.name}' from '{body.actor}': signature does not verify")
         with self._lock:
-            if self._key_entry(body.actor, public_key) is None:
+            current = self._binding(body.actor)
+            bound = None if current is None else current.payload["public_key"] if current.seq else self.identity.public_key
+            if bound != public_key:
                 raise LedgerError(
-                    f"{body.kind} '{body.name}': key {public_key[:16]}… is not registered for actor '{body.actor}'",
+                    f"{body.kind} '{body.name}': key {public_key[:16]}… is not registered for actor '{body.actor}'"
+                    + (f" (its key is {bound[:16]}…, bound in #{current.seq})" if current is not None else ""),
                     hint="register the actor's identity with the Notary first",
                 )
+            for row in self._rows(f"SELECT {_COLS} FROM entries WHERE signature = ? AND public_key = ?", (signature, public_key)):
+                same = _strict(row)
+                if same.body().signed_bytes() == signed:
+                    return same
             for dep in body.depends_on:
-                if self._db.execute("SELECT 1 FROM entries WHERE hash = ?", (dep,)).fetchone() is None:
+                if not self._rows("SELECT 1 FROM entries WHERE hash = ?", (dep,)):
                     raise UnknownEntry(f"{body.kind} '{body.name}' depends on unknown entry {dep[:16]}…")
             problem = artifact_payload_problem(body.kind, body.payload)
             if problem:
@@ -373,54 +669,79 @@ class Ledger:
         )
         return self._insert(body, self.identity.public_key, self.identity.sign(body.signed_bytes()))
 
-    def _key_entry(self, actor: str, public_key: str) -> Entry | None:
-        if actor == self.identity.name and public_key == self.identity.public_key:
+    def _binding(self, actor: str) -> Entry | None:
+        """The entry that binds ``actor``'s current key (genesis for the Notary's own name), or
+        None. The row found is checked (receipt and Notary signature) before it is trusted."""
+        if actor == self.identity.name:
             return self.get("#0")
-        row = self._db.execute(
+        rows = self._rows(
             f"SELECT {_COLS} FROM entries WHERE subject = ? AND name = 'identity' AND kind = 'event' "
-            "AND actor = ? AND public_key = ? AND json_extract(payload, '$.public_key') = ? ORDER BY seq LIMIT 1",
-            (actor, self.identity.name, self.identity.public_key, public_key),
-        ).fetchone()
-        return _row_to_entry(row) if row else None
+            "AND actor = ? AND public_key = ? ORDER BY seq DESC LIMIT 1",
+            (actor, self.identity.name, self.identity.public_key),
+        )
+        if not rows:
+            return None
+        e = _strict(rows[0])
+        if not (self._receipt_ok(e) and self._signature_ok(e) and e.payload.get("actor") == actor
+                and isinstance(e.payload.get("public_key"), str)):
+            raise LedgerError(f"the identity entry #{e.seq} of '{actor}' is damaged: its receipt or signature does not verify",
+                              hint="`caramba notary verify` names every damaged row; restore the ledger file")
+        return e
 
     # ---- reading ---------------------------------------------------------------------------------
     def get(self, ref: str) -> Entry:
-        """An entry by hash, unique hash prefix (>= 8 hex digits) or ``#seq``."""
-        with self._lock:
-            if ref.startswith("#"):
-                row = self._db.execute(f"SELECT {_COLS} FROM entries WHERE seq = ?", (int(ref[1:]),)).fetchone()
-                rows = [row] if row else []
-            elif len(ref) == 64:
-                rows = self._db.execute(f"SELECT {_COLS} FROM entries WHERE hash = ?", (ref,)).fetchall()
-            elif len(ref) >= 8:
-                rows = self._db.execute(f"SELECT {_COLS} FROM entries WHERE hash LIKE ?", (ref + "%",)).fetchall()
-            else:
+        """An entry by hash, unique hash prefix (>= 8 hex digits) or ``#seq``. A malformed row
+        raises MalformedEntry naming it."""
+        if ref.startswith("#"):
+            try:
+                rows = self._rows(f"SELECT {_COLS} FROM entries WHERE seq = ?", (int(ref[1:]),))
+            except ValueError:
                 rows = []
+        elif len(ref) == 64:
+            rows = self._rows(f"SELECT {_COLS} FROM entries WHERE hash = ?", (ref,))
+        elif len(ref) >= 8:
+            rows = self._rows(f"SELECT {_COLS} FROM entries WHERE hash LIKE ?", (ref + "%",))
+        else:
+            rows = []
         if len(rows) != 1:
             raise UnknownEntry(f"no entry {ref!r} in the ledger" if not rows else f"entry prefix {ref!r} is ambiguous")
-        return _row_to_entry(rows[0])
+        return _strict(rows[0])
 
-    def entries(
+    def scan(
         self, *, subject: str | None = None, kind: str | None = None, name: str | None = None, since: int = 0
-    ) -> list[Entry]:
-        """Recorded entries (as stored, not judged), oldest first, filtered."""
+    ) -> tuple[list[Entry], list[Reason]]:
+        """Recorded entries (as stored, not judged), oldest first, filtered; and the rows that
+        matched the filter but are malformed (skipped, each with what is wrong)."""
         sql, args = f"SELECT {_COLS} FROM entries WHERE seq >= ?", [since]
         for col, val in (("subject", subject), ("kind", kind), ("name", name)):
             if val is not None:
                 sql += f" AND {col} = ?"
                 args.append(val)
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
-        return [_row_to_entry(r) for r in rows]
+        good, skipped = [], []
+        for row in self._rows(sql + " ORDER BY seq", args):
+            e, bad = _parse_row(row)
+            if bad:
+                skipped.append(Reason(seq=e.seq, entry=e.hash, kind="row", name=e.name, problem="; ".join(bad)))
+            else:
+                good.append(e)
+        return good, skipped
+
+    def entries(
+        self, *, subject: str | None = None, kind: str | None = None, name: str | None = None, since: int = 0
+    ) -> list[Entry]:
+        """Recorded entries (as stored, not judged), oldest first, filtered. Raises
+        MalformedEntry (naming the rows) when a matching row is malformed."""
+        good, skipped = self.scan(subject=subject, kind=kind, name=name, since=since)
+        if skipped:
+            raise MalformedEntry("; ".join(map(str, skipped)),
+                                 hint="the rows were changed outside the Notary; `caramba notary verify` lists every damaged row")
+        return good
 
     def head(self) -> Entry:
-        with self._lock:
-            row = self._db.execute(f"SELECT {_COLS} FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return _row_to_entry(row)
+        return _strict(self._rows(f"SELECT {_COLS} FROM entries ORDER BY seq DESC LIMIT 1")[0])
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+        return self._rows("SELECT COUNT(*) FROM entries")[0][0]
 
     def close(self) -> None:
         with self._lock:
@@ -428,70 +749,110 @@ class Ledger:
 
     # ---- judging ---------------------------------------------------------------------------------
     def _snapshot(self, as_of: float | None) -> _Snapshot:
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLS} FROM entries ORDER BY seq").fetchall()
-        entries: list[Entry] = []
+        rows = self._rows(f"SELECT {_COLS} FROM entries ORDER BY seq")
+        everything: list[Entry] = []
         problems: dict[int, list[str]] = {}
+        malformed: set[int] = set()
+        seen: dict[tuple[str, str], int] = {}  # (key, sha256 of signed body) -> seq: replays
         prev_hash, prev_seq = GENESIS_PREV, -1
         for i, row in enumerate(rows):
-            try:
-                e = _row_to_entry(row)
-            except (ValueError, TypeError) as exc:  # a row edited into something that does not parse
-                e = Entry(
-                    seq=row[0], hash=str(row[1]), prev=str(row[2]), time=float(row[3] or 0), kind=str(row[4]),
-                    actor=str(row[5]), subject=str(row[6]), name=str(row[7]), payload={}, depends_on=[],
-                    procedure={}, public_key=str(row[11]), signature=str(row[12]),
-                )
-                problems.setdefault(i, []).append(f"row does not parse: {exc}")
-            p = problems.setdefault(i, [])
+            e, p = _parse_row(row)
+            if p:
+                malformed.add(i)
             if e.seq != prev_seq + 1:
                 p.append(f"sequence broken: expected #{prev_seq + 1}, found #{e.seq} (a row was removed or inserted)")
             if e.prev != prev_hash:
                 p.append("chain broken: its prev link is not the hash of the entry before it")
-            recomputed = row_hash(e.seq, e.prev, e.time, e.body().signed_bytes(), e.public_key, e.signature)
-            if recomputed != e.hash:
-                p.append(f"row changed after it was recorded: stored hash {e.hash[:12]}…, content hashes to {recomputed[:12]}…")
+            if i not in malformed:
+                signed = e.body().signed_bytes()
+                recomputed = row_hash(e.seq, e.prev, e.time, signed, e.public_key, e.signature)
+                if recomputed != e.hash:
+                    p.append(f"row changed after it was recorded: stored hash {e.hash[:12]}…, content hashes to {recomputed[:12]}…")
+                elif not self._receipt_ok(e):
+                    p.append("the Notary's receipt for this position does not verify (the row was moved, replayed or re-chained)")
+                digest = (e.public_key, hashlib.sha256(signed).hexdigest())
+                if digest in seen:
+                    p.append(f"replay: the same signed {e.kind} by key {e.public_key[:12]}… is already recorded as #{seen[digest]}")
+                seen.setdefault(digest, e.seq)
             if i == 0 and (e.public_key != self.identity.public_key or e.name != "genesis"):
                 p.append("genesis is not signed by this Notary's pinned key")
+            if p:
+                problems[i] = p
             prev_hash, prev_seq = e.hash, e.seq
-            entries.append(e)
-        if as_of is not None:
-            entries = [e for e in entries if e.time <= as_of]
-        snap = _Snapshot(entries, {e.hash: e for e in entries}, problems, {})
-        snap.first_bad = next((i for i in range(len(entries)) if problems.get(i)), None)
-        for i, e in enumerate(entries):
+            everything.append(e)
+        entries = everything if as_of is None else [e for e in everything if e.time <= as_of]
+        snap = _Snapshot(
+            everything, entries, {e.hash: e for e in entries}, {id(e): i for i, e in enumerate(everything)},
+            problems, malformed,
+        )
+        snap.first_bad = next((snap.at(e) for e in entries if problems.get(snap.at(e))), None)
+        if entries and 0 not in malformed:
+            snap.bindings[self.identity.name] = [everything[0]]
+        for e in entries:
+            i = snap.at(e)
+            if i in malformed:
+                continue
             if e.kind == "event" and e.name == "identity" and e.actor == self.identity.name and not problems.get(i):
-                snap.keys.setdefault((e.payload.get("actor", ""), e.payload.get("public_key", "")), e)
+                problem = self._identity_problem(snap, e)
+                if problem:
+                    snap.identity_problems[i] = problem
+                else:
+                    snap.bindings.setdefault(e.payload["actor"], []).append(e)
             if e.kind == "event" and e.name == "void":
                 for target in e.depends_on:
                     snap.voids.setdefault(target, []).append(e)
-        if entries:
-            snap.keys.setdefault((self.identity.name, self.identity.public_key), entries[0])
         return snap
 
+    def _identity_problem(self, snap: _Snapshot, e: Entry) -> str | None:
+        """Why identity event ``e`` binds nothing (None: it binds ``payload.actor`` to ``payload.public_key``)."""
+        p = e.payload
+        actor, key, proof = p.get("actor"), p.get("public_key"), p.get("proof")
+        if not (isinstance(actor, str) and isinstance(key, str) and isinstance(proof, str)):
+            return "identity registration without actor, public_key and proof"
+        if not verify_signature(key, proof, registration_bytes(actor, key)):
+            return f"the proof of possession for key {key[:12]}… does not verify"
+        if actor == self.identity.name:
+            return f"re-binds the Notary's own name '{actor}'"
+        current = snap.bound(actor, e)
+        if current is None:
+            return None
+        old = current.payload["public_key"]
+        if old == key:
+            return f"registers key {key[:12]}… for '{actor}' again (already bound in #{current.seq})"
+        rot = p.get("rotation")
+        sig = rot.get("signature") if isinstance(rot, dict) else None
+        if not isinstance(sig, str) or _rotation_signer(sig, actor, old, key, self.operator_key) is None:
+            return (f"re-binds '{actor}' from key {old[:12]}… (bound in #{current.seq}) to key {key[:12]}… "
+                    "without a rotation signed by the old key or the operator")
+        return None
+
     def _signature_ok(self, e: Entry) -> bool:
-        body = e.body().signed_bytes()
-        key = (e.public_key, e.signature, hashlib.sha256(body).hexdigest())
+        return self._cached_verify(e.public_key, e.signature, e.body().signed_bytes())
+
+    def _receipt_ok(self, e: Entry) -> bool:
+        return self._cached_verify(self.identity.public_key, e.receipt, receipt_bytes(e.seq, e.prev, e.hash))
+
+    def _cached_verify(self, public_key: str, signature: str, data: bytes) -> bool:
+        key = (public_key, signature, hashlib.sha256(data).hexdigest())
         ok = self._sig_cache.get(key)
         if ok is None:
-            ok = verify_signature(e.public_key, e.signature, body)
-            self._sig_cache[key] = ok
+            ok = self._sig_cache[key] = verify_signature(public_key, signature, data)
         return ok
 
     def _own_checks(self, snap: _Snapshot, e: Entry, artifacts: ArtifactChecker | None) -> list[Check]:
         """Checks about the entry itself (not its dependencies), in the order they are reported."""
-        checks = []
-        row = snap.row_problems.get(_index_of(snap, e), [])
-        checks.append(Check(name="row", ok=not row, detail="; ".join(row) or "hash and chain link match"))
+        i = snap.at(e)
+        row = snap.row_problems.get(i, [])
+        checks = [Check(name="row", ok=not row, detail="; ".join(row) or "hash, chain link and receipt match")]
+        if i in snap.malformed:
+            return checks  # nothing more can be read from it
         sig = self._signature_ok(e)
         checks.append(
             Check(name="signature", ok=sig, detail="ed25519 ok" if sig else f"signature does not verify against key {e.public_key[:12]}…")
         )
-        reg = snap.keys.get((e.actor, e.public_key))
-        if reg is None or reg.seq > e.seq:
-            checks.append(Check(name="identity", ok=False, detail=f"key {e.public_key[:12]}… was not registered for '{e.actor}' before this entry"))
-        else:
-            checks.append(Check(name="identity", ok=True, detail=f"key registered in #{reg.seq}"))
+        checks.append(self._identity_check(snap, e))
+        if i in snap.identity_problems:
+            checks.append(Check(name="registration", ok=False, detail=snap.identity_problems[i]))
         for dep in e.depends_on:
             d = snap.by_hash.get(dep)
             if d is None:
@@ -505,6 +866,16 @@ class Ledger:
         if e.kind == "artifact" and not _artifact_payload(e):
             checks.append(self._artifact_check(e, artifacts))
         return checks
+
+    def _identity_check(self, snap: _Snapshot, e: Entry) -> Check:
+        reg = snap.bound(e.actor, e)
+        if reg is None:
+            return Check(name="identity", ok=False, detail=f"key {e.public_key[:12]}… was not registered for '{e.actor}' before this entry")
+        key = reg.payload.get("public_key") if reg.seq else self.identity.public_key
+        if key != e.public_key:
+            return Check(name="identity", ok=False,
+                         detail=f"key {e.public_key[:12]}… is not the key bound to '{e.actor}' at this point ({str(key)[:12]}…, bound in #{reg.seq})")
+        return Check(name="identity", ok=True, detail=f"key bound in #{reg.seq}")
 
     def _artifact_check(self, e: Entry, artifacts: ArtifactChecker | None) -> Check:
         key, want, size = e.payload["key"], e.payload["sha256"], e.payload["size"]
@@ -523,84 +894,76 @@ class Ledger:
 
     def _judge(self, snap: _Snapshot, e: Entry, artifacts: ArtifactChecker | None, memo: dict, as_of: float | None) -> list[Reason]:
         """[] if ``e`` is valid, else the reason chain from ``e`` to the failing evidence."""
-        if e.hash in memo:
-            return memo[e.hash]
-        memo[e.hash] = [Reason(seq=e.seq, entry=e.hash, kind=e.kind, name=e.name, problem="depends on itself")]
-
-        def here(problem: str) -> Reason:
-            return Reason(seq=e.seq, entry=e.hash, kind=e.kind, name=e.name, problem=problem)
-
+        if id(e) in memo:
+            return memo[id(e)]
+        memo[id(e)] = [_reason(e, "depends on itself")]
         out: list[Reason] = []
         bad = [c for c in self._own_checks(snap, e, artifacts) if not c.ok]
         if bad:
-            out = [here("; ".join(c.detail for c in bad))]
+            out = [_reason(e, "; ".join(c.detail for c in bad), malformed=snap.at(e) in snap.malformed)]
         if not out:
-            reg = snap.keys.get((e.actor, e.public_key))
+            reg = snap.bound(e.actor, e)
             if reg is not None and reg is not e:
                 sub = self._judge(snap, reg, artifacts, memo, as_of)
                 if sub:
-                    out = [here(f"signed with a key registered in #{reg.seq}, which is invalid"), *sub]
+                    out = [_reason(e, f"signed with a key registered in #{reg.seq}, which is invalid"), *sub]
         if not out:
             for dep in e.depends_on:
                 d = snap.by_hash[dep]
                 sub = self._judge(snap, d, artifacts, memo, as_of)
                 if sub:
-                    out = [here(f"depends on {d.label()}, which is invalid"), *sub]
+                    out = [_reason(e, f"depends on {d.label()}, which is invalid"), *sub]
                     break
         if not out:
             for v in snap.voids.get(e.hash, []):
                 if v.seq > e.seq and not [c for c in self._own_checks(snap, v, artifacts) if not c.ok]:
                     why = v.payload.get("reason", "no reason given")
                     step = v.payload.get("step")
-                    out = [here(f"voided by #{v.seq} ({v.actor})" + (f" at step {step}" if step is not None else "") + f": {why}")]
+                    out = [_reason(e, f"voided by #{v.seq} ({v.actor})" + (f" at step {step}" if step is not None else "") + f": {why}")]
                     break
-        memo[e.hash] = out
+        memo[id(e)] = out
         return out
 
     def _resolve(self, snap: _Snapshot, ref: str) -> Entry | None:
-        if ref in snap.by_hash:
-            return snap.by_hash[ref]
-        try:
-            target = self.get(ref)
-        except UnknownEntry:
-            return None
-        return snap.by_hash.get(target.hash)
+        """``ref`` among all rows (malformed ones too): ``#seq``, a hash or a unique prefix."""
+        if ref.startswith("#"):
+            return next((e for e in snap.all if f"#{e.seq}" == ref), None)
+        found = [e for e in snap.all if e.hash == ref] or (
+            [e for e in snap.all if e.hash.startswith(ref)] if len(ref) >= 8 else [])
+        return found[0] if len(found) == 1 else None
 
     def validity(self, ref: str, as_of: float | None = None, artifacts: ArtifactChecker | None = None) -> Validity:
         """Is entry ``ref`` valid (now, or as of time ``as_of``)? Walks its dependency DAG."""
         snap = self._snapshot(as_of)
         e = self._resolve(snap, ref)
         if e is None:
-            try:
-                recorded = self.get(ref)
-            except UnknownEntry:
-                return Validity(entry=ref, verdict="UNKNOWN", as_of=as_of, reasons=[
-                    Reason(seq=-1, entry=ref, kind="?", name="?", problem="no such entry in the ledger")])
-            return Validity(entry=recorded.hash, verdict="UNKNOWN", as_of=as_of, reasons=[
-                Reason(seq=recorded.seq, entry=recorded.hash, kind=recorded.kind, name=recorded.name,
-                       problem=f"recorded at {recorded.time:.3f}, after as_of {as_of:.3f}")])
+            return Validity(entry=ref, verdict="UNKNOWN", as_of=as_of, reasons=[
+                Reason(seq=-1, entry=ref, kind="?", name="?", problem="no such entry in the ledger")])
+        if as_of is not None and e.time > as_of:
+            return Validity(entry=e.hash, verdict="UNKNOWN", as_of=as_of, reasons=[
+                _reason(e, f"recorded at {e.time:.3f}, after as_of {as_of:.3f}")])
         reasons = self._judge(snap, e, artifacts, {}, as_of)
-        if not reasons and snap.first_bad is not None and snap.first_bad < _index_of(snap, e):
+        if not reasons and snap.first_bad is not None and snap.first_bad < snap.at(e):
             # no damaged evidence in its own DAG, but the chain it sits on is broken before it
-            b = snap.entries[snap.first_bad]
-            reasons = [Reason(seq=e.seq, entry=e.hash, kind=e.kind, name=e.name,
-                              problem=f"the chain is broken before it, at {b.label()}: {'; '.join(snap.row_problems[snap.first_bad])}")]
+            b = snap.all[snap.first_bad]
+            where = f"row {b.seq}" if snap.first_bad in snap.malformed else b.label()
+            reasons = [_reason(e, f"the chain is broken before it, at {where}: {'; '.join(snap.row_problems[snap.first_bad])}")]
         return Validity(entry=e.hash, verdict="VOIDED" if reasons else "VERIFIED", reasons=reasons, as_of=as_of)
 
     def audit(self, ref: str, as_of: float | None = None, artifacts: ArtifactChecker | None = None) -> Audit:
         """The verdict on ``ref`` with every entry of its DAG and the checks made on each."""
         validity = self.validity(ref, as_of, artifacts)
         snap = self._snapshot(as_of)
-        e = snap.by_hash.get(validity.entry)
-        seen: dict[str, Entry] = {}
-        stack = [e] if e is not None else []
+        e = self._resolve(snap, validity.entry)
+        seen: dict[int, Entry] = {}
+        stack = [e] if e is not None and (as_of is None or e.time <= as_of) else []
         while stack:
             cur = stack.pop()
-            if cur.hash in seen:
+            if id(cur) in seen:
                 continue
-            seen[cur.hash] = cur
+            seen[id(cur)] = cur
             stack += [snap.by_hash[d] for d in cur.depends_on if d in snap.by_hash]
-            reg = snap.keys.get((cur.actor, cur.public_key))
+            reg = snap.bound(cur.actor, cur)
             if reg is not None:
                 stack.append(reg)
             stack += [v for v in snap.voids.get(cur.hash, []) if v.seq > cur.seq]
@@ -613,25 +976,91 @@ class Ledger:
             ))
         return Audit(validity=validity, entries=rows)
 
-    def verify(self, artifacts: ArtifactChecker | None = None) -> LedgerReport:
-        """Integrity end to end: every row, link, signature, key registration, dependency and
-        artifact. (Invariants and voids are judgements, not integrity: see ``validity``.)"""
-        snap = self._snapshot(None)
+    # ---- the whole ledger: integrity, tree heads -------------------------------------------------
+    def _database_problems(self) -> list[str]:
+        """What SQLite's own integrity check says about the file ([] when it says ok)."""
+        try:
+            found = [r[0] for r in self._rows("PRAGMA integrity_check(20)")]
+        except CorruptLedger as exc:
+            return [exc.message]
+        if found == ["ok"]:
+            return []
+        return [f"ledger file {self.path}: PRAGMA integrity_check: {line}" for line in found]
+
+    def _integrity(self, snap: _Snapshot, artifacts: ArtifactChecker | None, *, judged: bool) -> list[Reason]:
+        """Per-entry integrity problems (``judged``: also dependencies and artifacts)."""
         problems = []
         for e in snap.entries:
-            bad = [c for c in self._own_checks(snap, e, artifacts) if not c.ok and c.name not in INVARIANTS]
+            checks = self._own_checks(snap, e, artifacts)
+            if not judged:
+                checks = [c for c in checks if c.name != "artifact"]
+            bad = [c for c in checks if not c.ok and c.name not in INVARIANTS]
             if bad:
-                problems.append(Reason(seq=e.seq, entry=e.hash, kind=e.kind, name=e.name, problem="; ".join(c.detail for c in bad)))
-        head = snap.entries[-1].hash if snap.entries else ""
-        return LedgerReport(ok=not problems, entries=len(snap.entries), head=head, problems=problems)
+                problems.append(_reason(e, "; ".join(c.detail for c in bad), malformed=snap.at(e) in snap.malformed))
+        return problems
+
+    def _sign_head(self, snap: _Snapshot, size: int) -> TreeHead:
+        unsigned = TreeHead(size=size, root=merkle_root(_leaves(snap.all[:size])), time=snap.all[size - 1].time if size else 0.0,
+                            notary_key=self.identity.public_key, signature="")
+        return unsigned.model_copy(update={"signature": self.identity.sign(unsigned.signed_bytes())})
+
+    def tree_head(self) -> TreeHead:
+        """The signed tree head of the ledger as it is now. Refused (LedgerError naming the
+        damage) when the rows do not verify: the Notary vouches only for an intact history."""
+        snap = self._snapshot(None)
+        damage = self._database_problems() + [str(p) for p in self._integrity(snap, None, judged=False)]
+        if damage:
+            raise LedgerError(f"ledger {self.path} does not verify, so no tree head is signed for it: " + "; ".join(damage[:5])
+                              + (f" (+{len(damage) - 5} more)" if len(damage) > 5 else ""),
+                              hint="`caramba notary verify` lists every problem")
+        return self._sign_head(snap, len(snap.all))
+
+    def _head_problems(self, snap: _Snapshot, kept: TreeHead) -> list[str]:
+        """Does the ledger still extend ``kept``? (RFC 6962 consistency, recomputed from the rows.)"""
+        label = f"kept {kept.label()}"
+        if kept.notary_key != self.identity.public_key:
+            return [f"{label} was signed by Notary key {kept.notary_key[:16]}…, not this ledger's {self.identity.public_key[:16]}…: "
+                    "the ledger was replaced, or the head belongs to another one"]
+        if not kept.signature_ok():
+            return [f"{label}: its signature does not verify (the head file was edited)"]
+        if len(snap.all) < kept.size:
+            return [f"{label}: the ledger has only {len(snap.all)} entries: it was truncated or rolled back "
+                    f"(entries #{len(snap.all)}..#{kept.size - 1} are gone)"]
+        root = merkle_root(_leaves(snap.all[: kept.size]))
+        if root != kept.root:
+            return [f"{label}: its first {kept.size} entries now hash to {root[:12]}…: the history it covers was rewritten or rolled back"]
+        return []
+
+    def verify(self, artifacts: ArtifactChecker | None = None, against: TreeHead | None = None) -> LedgerReport:
+        """Integrity end to end: the database file, every row, link, receipt, signature, key
+        binding, dependency and artifact; with ``against``, that the ledger still extends that
+        kept tree head. (Invariants and voids are judgements, not integrity: see ``validity``.)"""
+        database = self._database_problems()
+        try:
+            snap = self._snapshot(None)
+        except CorruptLedger as exc:
+            return LedgerReport(ok=False, entries=0, head="", file=self.path, database=[*database, exc.message], against=against)
+        problems = self._integrity(snap, artifacts, judged=True)
+        head_problems = self._head_problems(snap, against) if against is not None else []
+        ok = not (database or problems or head_problems)
+        return LedgerReport(
+            ok=ok, entries=len(snap.entries), head=snap.entries[-1].hash if snap.entries else "", problems=problems,
+            file=self.path, database=database, head_problems=head_problems, against=against,
+            tree=self._sign_head(snap, len(snap.all)) if ok else None,
+        )
 
     def latest_valid(
         self, subject: str, name: str, *, kind: str | None = None, artifacts: ArtifactChecker | None = None
     ) -> tuple[Entry | None, list[Validity]]:
         """The newest entry ``(subject, name)`` that is VERIFIED, and the verdicts on newer ones
-        that were not (so callers can say why they skipped them)."""
+        that were not (so callers can say why they skipped them; a malformed row is one of them)."""
+        good, malformed = self.scan(subject=subject, name=name, kind=kind)
         skipped = []
-        for e in reversed(self.entries(subject=subject, name=name, kind=kind)):
+        candidates = sorted([*good, *malformed], key=lambda x: x.seq)
+        for e in reversed(candidates):
+            if isinstance(e, Reason):
+                skipped.append(Validity(entry=e.entry, verdict="VOIDED", reasons=[e]))
+                continue
             v = self.validity(e.hash, artifacts=artifacts)
             if v.valid:
                 return e, skipped
@@ -639,17 +1068,28 @@ class Ledger:
         return None, skipped
 
 
-def _index_of(snap: _Snapshot, e: Entry) -> int:
-    if 0 <= e.seq < len(snap.entries) and snap.entries[e.seq] is e:
-        return e.seq
-    for i, x in enumerate(snap.entries):
-        if x is e:
-            return i
-    return -1
+def _reason(e: Entry, problem: str, *, malformed: bool = False) -> Reason:
+    return Reason(seq=e.seq, entry=e.hash or f"#{e.seq}", kind="row" if malformed else e.kind, name=e.name, problem=problem)
 
 
-def registration_bytes(actor: str, public_key: str) -> bytes:
-    return canonical({"register": actor, "public_key": public_key})
+def _busy(exc: sqlite3.DatabaseError) -> bool:
+    """A lock held by another connection, not damage."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def _leaves(entries: list[Entry]) -> list[bytes]:
+    """Merkle leaves: the entry hashes as stored (a malformed hash still counts, as its text)."""
+    return [bytes.fromhex(e.hash) if _HEX[64].fullmatch(e.hash) else e.hash.encode() for e in entries]
+
+
+def _rotation_signer(signature: str, actor: str, old: str, new: str, operator_key: str) -> str | None:
+    """Who signed the rotation of ``actor`` from ``old`` to ``new``: "key" (the old key), "operator", or None."""
+    data = rotation_bytes(actor, old, new)
+    if verify_signature(old, signature, data):
+        return "key"
+    if verify_signature(operator_key, signature, data):
+        return "operator"
+    return None
 
 
 def _procedure() -> dict[str, Any]:

@@ -2,36 +2,47 @@
 
 Other actors emit evidence (``Evidence`` signs it with the actor's key and appends it); the
 Notary records it in its ledger and answers ``ValidityOf`` / ``AuditOf`` by walking the
-dependency DAG, re-hashing artifacts through the Storage actor as it goes.
+dependency DAG, re-hashing artifacts through the Storage actor as it goes. ``TreeHeadOf``
+gives the signed tree head a client keeps; ``VerifyLedger(against=head)`` checks the ledger
+still extends it. ``verify_ledger`` is what ``caramba notary verify`` runs.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from caramba.actors.base import Actor, handler
-from caramba.actors.identity import Identity
+from caramba.actors.identity import Identity, registration_bytes
 from caramba.actors.ledger import (
     Audit,
     Entry,
     EntryBody,
+    IdentityBound,
     Ledger,
     LedgerReport,
+    Reason,
+    TreeHead,
     Validity,
     procedure,
-    registration_bytes,
 )
 from caramba.actors.messages import Message
 from caramba.actors.storage import Digest
+from caramba.errors import CarambaError
 
 
 class RegisterIdentity(Message):
+    """Bind ``public_key`` to ``actor`` (``proof``: the key's signature over
+    ``registration_bytes``). Another key for a bound name needs ``rotation``: a signature over
+    ``rotation_bytes(actor, old, new)`` by the old key or the operator (Notary) key."""
+
     actor: str
     public_key: str
     proof: str
+    rotation: str | None = None
 
 
 class Append(Message):
@@ -52,7 +63,10 @@ class Query(Message):
 
 
 class EntryList(Message):
+    """Entries as recorded; ``malformed``: matching rows that could not be read (skipped)."""
+
     entries: list[Entry] = Field(default_factory=list)
+    malformed: list[Reason] = Field(default_factory=list)
 
 
 class ValidityOf(Message):
@@ -66,7 +80,13 @@ class AuditOf(Message):
 
 
 class VerifyLedger(Message):
-    pass
+    """Check the whole ledger; with ``against``, also that it still extends that kept head."""
+
+    against: TreeHead | None = None
+
+
+class TreeHeadOf(Message):
+    """The signed tree head of the ledger as it is now (refused when the ledger does not verify)."""
 
 
 class LatestValid(Message):
@@ -115,7 +135,7 @@ class Notary(Actor):
 
     @handler
     def register(self, msg: RegisterIdentity) -> Entry:
-        return self.book.register(msg.actor, msg.public_key, msg.proof)
+        return self.book.register(msg.actor, msg.public_key, msg.proof, msg.rotation)
 
     @handler
     def append(self, msg: Append) -> Entry:
@@ -127,7 +147,8 @@ class Notary(Actor):
 
     @handler
     def query(self, msg: Query) -> EntryList:
-        return EntryList(entries=self.book.entries(subject=msg.subject, kind=msg.kind, name=msg.name, since=msg.since))
+        good, malformed = self.book.scan(subject=msg.subject, kind=msg.kind, name=msg.name, since=msg.since)
+        return EntryList(entries=good, malformed=malformed)
 
     @handler
     def validity(self, msg: ValidityOf) -> Validity:
@@ -139,7 +160,11 @@ class Notary(Actor):
 
     @handler
     def verify(self, msg: VerifyLedger) -> LedgerReport:
-        return self.book.verify(artifacts=self._digest)
+        return self.book.verify(artifacts=self._digest, against=msg.against)
+
+    @handler
+    def tree_head(self, msg: TreeHeadOf) -> TreeHead:
+        return self.book.tree_head()
 
     @handler
     def latest_valid(self, msg: LatestValid) -> LatestValidReply:
@@ -150,17 +175,33 @@ class Notary(Actor):
 class Evidence:
     """How an actor emits evidence: signs entries with its identity and appends them.
 
-    The identity is registered with the Notary on first use (with proof of possession)."""
+    The identity is registered with the Notary on first use (with proof of possession). A new
+    incarnation of an actor (restarted, or respawned elsewhere) has a new key, and a name is
+    bound to its first key: the new incarnation then registers and signs as
+    ``incarnation_name(name, key)``, so its entries never pass for its predecessor's."""
 
     def __init__(self, actor: Actor, notary: str = "notary", **procedure_extra: Any) -> None:
         self.actor = actor
         self.notary = notary
         self.procedure = procedure(**procedure_extra)
-        self._registered = False
+        self.name: str | None = None  # the name this incarnation signs as, once registered
 
     @property
     def ref(self):
         return self.actor.context.lookup(self.notary)
+
+    def _register(self, notary: Any) -> str:
+        ident = self.actor.identity
+
+        def register(name: str) -> str:
+            proof = ident.sign(registration_bytes(name, ident.public_key))
+            notary.ask(RegisterIdentity(actor=name, public_key=ident.public_key, proof=proof))
+            return name
+
+        try:
+            return register(ident.name)
+        except IdentityBound:
+            return register(incarnation_name(ident.name, ident.public_key))
 
     def emit(
         self,
@@ -173,18 +214,43 @@ class Evidence:
     ) -> Entry:
         ident = self.actor.identity
         notary = self.ref
-        if not self._registered:
-            notary.ask(RegisterIdentity(
-                actor=ident.name, public_key=ident.public_key,
-                proof=ident.sign(registration_bytes(ident.name, ident.public_key)),
-            ))
-            self._registered = True
+        if self.name is None:
+            self.name = self._register(notary)
         body = EntryBody(
             kind=kind,  # type: ignore[arg-type]
-            actor=ident.name, subject=subject, name=name, payload=payload or {},
+            actor=self.name, subject=subject, name=name, payload=payload or {},
             depends_on=list(depends_on), procedure=self.procedure,
         )
         return notary.ask(Append(body=body, public_key=ident.public_key, signature=ident.sign(body.signed_bytes())))
 
     def validity(self, entry: str) -> Validity:
         return self.ref.ask(ValidityOf(entry=entry))
+
+
+def incarnation_name(name: str, public_key: str) -> str:
+    """The name a later incarnation of actor ``name`` signs as: its own, not its predecessor's."""
+    return f"{name}~{public_key[:12]}"
+
+
+def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> LedgerReport:
+    """``caramba notary verify``: the ledger of the services under ``root`` (``root/notary``),
+    checked end to end through a Notary on a local actor system, artifacts re-read through its
+    Storage. A ledger file that cannot even be opened is a failed report naming the file."""
+    from caramba.actors.services import start_services
+    from caramba.actors.system import ActorSystem
+
+    path = Path(root) / "notary" / "ledger.sqlite"
+    if not path.exists():
+        from caramba.errors import ConfigError
+
+        raise ConfigError(f"no ledger at {path}",
+                          hint="runs record to the Notary with `caramba research run M.yml --cluster local|ray` or through `caramba serve`")
+    system = ActorSystem("local")
+    try:
+        try:
+            services = start_services(system, root)
+        except CarambaError as exc:
+            return LedgerReport(ok=False, entries=0, head="", file=str(path), database=[exc.message], against=against)
+        return system.lookup(services.notary).ask(VerifyLedger(against=against))
+    finally:
+        system.shutdown()

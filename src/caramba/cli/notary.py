@@ -1,8 +1,10 @@
-"""``caramba notary``: read the Notary's ledger — verify it end to end, list entries, audit one.
+"""``caramba notary``: read the Notary's ledger — verify it end to end, export its signed tree
+head, list entries, audit one.
 
-The ledger lives at ``<store>/cluster/notary`` (where ``research run --cluster`` and ``caramba
-serve`` keep it). Every command opens it through the Notary actor on a local actor system, so
-artifact hashes are re-checked against the same Storage the runs wrote to; nothing is written.
+The ledger lives at ``<store>/notary`` (where runs record; stores written before runs and
+clusters shared one ledger have it at ``<store>/cluster/notary``, which is read too). Every
+command opens it through the Notary actor on a local actor system, so artifact hashes are
+re-checked against the same Storage the runs wrote to; nothing is written.
 """
 
 from __future__ import annotations
@@ -14,21 +16,31 @@ import typer
 
 from caramba.cli.research import CONFIG_HELP
 
-STORE_HELP = "run store directory (default: settings.store); the ledger is <store>/cluster/notary"
+STORE_HELP = "run store directory (default: settings.store); the ledger is <store>/notary"
+AGAINST_HELP = "a tree head kept earlier (a file written by `caramba notary head --out`, or its JSON): fail if the ledger no longer extends it"
+
+
+def _root(config: str | None, store: str | None) -> Path:
+    """The services root whose ``notary/ledger.sqlite`` is the store's ledger."""
+    from caramba.config import load_settings
+    from caramba.errors import ConfigError
+
+    base = Path(load_settings(config, overrides={"store": store}).store)
+    for root in (base, base / "cluster"):
+        if (root / "notary" / "ledger.sqlite").exists():
+            return root
+    raise ConfigError(f"no ledger at {base / 'notary' / 'ledger.sqlite'}",
+                      hint="runs record to the Notary with `caramba research run M.yml` (also with --cluster local|ray) "
+                      "or through `caramba serve`")
 
 
 @contextmanager
 def _notary(config: str | None, store: str | None):
-    """Ask the Notary of ``<store>/cluster``: yields ``ask(message)``."""
+    """Ask the Notary of the store: yields ``ask(message)``."""
     from caramba.actors.services import start_services
     from caramba.actors.system import ActorSystem
-    from caramba.config import load_settings
-    from caramba.errors import ConfigError
 
-    root = Path(load_settings(config, overrides={"store": store}).store) / "cluster"
-    if not (root / "notary" / "ledger.sqlite").exists():
-        raise ConfigError(f"no ledger at {root / 'notary' / 'ledger.sqlite'}",
-                          hint="runs record to the Notary with `caramba research run M.yml --cluster local|ray` or through `caramba serve`")
+    root = _root(config, store)
     system = ActorSystem("local")
     try:
         services = start_services(system, root)
@@ -38,27 +50,44 @@ def _notary(config: str | None, store: str | None):
 
 
 def register(app: typer.Typer) -> None:
-    notary = typer.Typer(help="Read the Notary's ledger: verify it, list entries, audit one.", no_args_is_help=True)
+    notary = typer.Typer(help="Read the Notary's ledger: verify it, export its tree head, list entries, audit one.",
+                         no_args_is_help=True)
     app.add_typer(notary, name="notary")
 
     @notary.command("verify")
     def verify(
+        against: str = typer.Option(None, "--against", metavar="HEAD", help=AGAINST_HELP),
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """Check the whole ledger: hash chain, signatures, keys, dependencies and artifact bytes.
-        Exits 1 and prints each problem when anything was changed."""
-        from caramba.actors.notary import VerifyLedger
+        """Check the whole ledger: the database file, hash chain, receipts, signatures, bound keys,
+        dependencies and artifact bytes; with --against, that no entry the kept head covers was
+        removed or rewritten. Exits 1 and prints each problem (naming the row or the head)."""
+        from caramba.actors.ledger import TreeHead
+        from caramba.actors.notary import verify_ledger
+
+        head = TreeHead.load(against) if against else None
+        report = verify_ledger(_root(config, store), against=head)
+        typer.echo(report.as_text())
+        if not report.ok:
+            raise typer.Exit(1)
+
+    @notary.command("head")
+    def head(
+        out: Path = typer.Option(None, "--out", help="also write the head's JSON to this file (keep it elsewhere)"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Print the ledger's signed tree head (Merkle root over the entries, size, Notary
+        signature) as JSON. Keep it somewhere the ledger's writers cannot reach; later,
+        `caramba notary verify --against FILE` proves the ledger still extends it."""
+        from caramba.actors.notary import TreeHeadOf
 
         with _notary(config, store) as ask:
-            report = ask(VerifyLedger())
-        if report.ok:
-            typer.echo(f"ledger OK: {report.entries} entries, head {report.head[:12]}")
-            return
-        typer.echo(f"ledger INVALID: {len(report.problems)} problem(s) in {report.entries} entries")
-        for p in report.problems:
-            typer.echo(f"  {p}")
-        raise typer.Exit(1)
+            text = ask(TreeHeadOf()).model_dump_json(indent=2)
+        if out is not None:
+            out.write_text(text + "\n")
+        typer.echo(text)
 
     @notary.command("log")
     def log(
@@ -68,13 +97,16 @@ def register(app: typer.Typer) -> None:
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """List ledger entries, oldest first (sequence, hash, kind, actor, subject, name)."""
+        """List ledger entries, oldest first (sequence, hash, kind, actor, subject, name); rows
+        that cannot be read are named at the end."""
         from caramba.actors.notary import Query
 
         with _notary(config, store) as ask:
-            entries = ask(Query(subject=subject, kind=kind)).entries
-        for e in entries[-limit:] if limit > 0 else entries:
+            found = ask(Query(subject=subject, kind=kind))
+        for e in found.entries[-limit:] if limit > 0 else found.entries:
             typer.echo(f"#{e.seq:<5} {e.hash[:12]}  {e.kind:<8} {e.actor:<24} {e.subject or '-':<24} {e.name}")
+        for r in found.malformed:
+            typer.echo(f"malformed {r}")
 
     @notary.command("audit")
     def audit(
@@ -90,4 +122,3 @@ def register(app: typer.Typer) -> None:
         typer.echo(report.as_text())
         if not report.validity.valid:
             raise typer.Exit(1)
-
