@@ -8,6 +8,7 @@ loading anything from another origin, so nothing comes from a CDN.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from caramba.api import API_PREFIX, DEFAULT_MAX_BODY
-from caramba.api.errors import caramba_error_handler, http_error_handler, request_error_handler
-from caramba.api.middleware import BodyLimit, SecurityHeaders
+from caramba.api.errors import caramba_error_handler, http_error_handler, request_error_handler, unprocessable_handler
+from caramba.api.middleware import BodyLimit, HostGuard, SecurityHeaders, allowed_hosts, allowed_origins
 from caramba.config import Settings, load_settings
 from caramba.errors import CarambaError
 
@@ -36,19 +37,23 @@ CSP = (
 
 @dataclass
 class ServerState:
-    """What the routes share: settings, the token, the run service and the store root."""
+    """What the routes share: settings, the token, the run service, the store root and the
+    sandbox that checks submitted manifests."""
 
     settings: Settings
     token: str
     store_root: Path
     max_body: int
-    runs: Any = None  # caramba.api.runs.RunService, created in the lifespan
+    runs: Any = None  # caramba.api.runs.RunService
+    sandbox: Any = None  # caramba.api.sandbox.Sandbox
     started: float = field(default_factory=time.time)
 
     def close(self) -> None:
         """Stop accepting runs and let the running ones finish their current step."""
         if self.runs is not None:
             self.runs.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
 
 
 def _one_error_shape(app: FastAPI) -> None:
@@ -89,12 +94,23 @@ def create_app(
     store: str | Path | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     workers: int = 1,
+    hosts: Iterable[str] = (),
+    origins: Iterable[str] = (),
+    validate_timeout_s: float | None = None,
+    validate_memory_mb: int | None = None,
 ) -> FastAPI:
     """Build the app. ``token`` defaults to ``settings.api_token`` and ``store`` to
-    ``settings.store``; an empty token means state-changing calls are refused."""
+    ``settings.store``; an empty token means state-changing calls are refused.
+
+    Requests must name this server: a ``Host`` other than ``settings.serve_host``, loopback
+    names, ``settings.serve_allowed_hosts`` and ``hosts`` is answered 421, an ``Origin`` other
+    than the server's own (or ``serve_allowed_origins`` and ``origins``) 403. Submitted
+    manifests are checked in a sandbox worker within ``validate_timeout_s`` seconds and
+    ``validate_memory_mb`` MiB (default: ``serve_validate_timeout_s`` / ``_memory_mb``)."""
     from caramba import __version__
     from caramba.api.routes import ROUTERS
     from caramba.api.runs import RunService
+    from caramba.api.sandbox import Sandbox
 
     settings = settings or load_settings()
     state = ServerState(
@@ -118,9 +134,15 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    state.runs = RunService(state.store_root, settings, workers=workers)
+    state.sandbox = Sandbox(
+        settings.serve_validate_timeout_s if validate_timeout_s is None else validate_timeout_s,
+        settings.serve_validate_memory_mb if validate_memory_mb is None else validate_memory_mb,
+    )
+    state.runs = RunService(state.store_root, settings, workers=workers, sandbox=state.sandbox)
     app.state.caramba = state
     app.add_exception_handler(CarambaError, caramba_error_handler)
+    app.add_exception_handler(ValueError, unprocessable_handler)
+    app.add_exception_handler(UnicodeError, unprocessable_handler)
     app.add_exception_handler(RequestValidationError, request_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     for router in ROUTERS:
@@ -140,4 +162,6 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeaders, csp=CSP)
     app.add_middleware(BodyLimit, max_bytes=max_body)
+    # outermost: a request for another name (DNS rebinding) or from another page gets nothing
+    app.add_middleware(HostGuard, hosts=allowed_hosts(settings, hosts), origins=allowed_origins(settings, origins))
     return app

@@ -7,10 +7,7 @@ point at the offending line.
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import Request
-from fastapi.responses import JSONResponse
+from typing import TYPE_CHECKING, Any
 
 from caramba.errors import (
     BackendUnavailable,
@@ -23,6 +20,10 @@ from caramba.errors import (
     VerificationError,
 )
 
+if TYPE_CHECKING:  # FastAPI loads with the app; the sandbox worker renders errors without it
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
 
 class NotFound(CarambaError):
     """The named experiment, run, asset, model or artifact does not exist; list them to see what does."""
@@ -33,9 +34,36 @@ class Conflict(CarambaError):
     run that finished)."""
 
 
-def _status(exc: CarambaError) -> int:
+class Busy(CarambaError):
+    """The server cannot take this request now (every validation worker is busy, or none could
+    start). Retry in a few seconds."""
+
+
+class ValidationLimit(CarambaError):
+    """Checking a submitted manifest went over the server's time or memory limit, so it was
+    stopped. Make what it expands to smaller (variables that grow very large, repeat counts,
+    dataset sizes) or ask the operator to raise ``serve_validate_timeout_s`` /
+    ``serve_validate_memory_mb``."""
+
+
+class Answered(CarambaError):
+    """An error already rendered in the API's shape (``body``, ``status``), e.g. by the process
+    that checked a submitted manifest; it is sent as it is."""
+
+    def __init__(self, body: dict[str, Any], status: int) -> None:
+        super().__init__(str(body.get("detail", "error")))
+        self.body = body
+        self.status = status
+
+
+def status_of(exc: CarambaError) -> int:
+    """The HTTP status of a caramba error: always a 4xx (or 503 for a busy server)."""
     from caramba.manifest.errors import ManifestError
 
+    if isinstance(exc, Answered):
+        return exc.status
+    if isinstance(exc, Busy):
+        return 503
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, Conflict):
@@ -43,7 +71,7 @@ def _status(exc: CarambaError) -> int:
     if isinstance(exc, BackendUnavailable):
         return 409
     if isinstance(exc, ManifestError | GraphError | VerificationError | UnsupportedOperation | PrecisionError
-                  | CodecError | ConfigError):
+                  | CodecError | ConfigError | ValidationLimit):
         return 422
     return 400
 
@@ -82,6 +110,7 @@ def error_body(exc: CarambaError) -> dict[str, Any]:
 async def request_error_handler(request: Request, exc: Exception) -> JSONResponse:
     """FastAPI's request validation errors in the same shape as every other error."""
     from fastapi.encoders import jsonable_encoder
+    from fastapi.responses import JSONResponse
 
     items = []
     for e in exc.errors():  # type: ignore[attr-defined]
@@ -119,6 +148,8 @@ def allowed_methods(app: Any, path: str) -> list[str]:
 async def http_error_handler(request: Request, exc: Exception) -> JSONResponse:
     """HTTP errors in the common shape; a 405 lists every method the path takes in ``Allow``
     (Starlette would list only those of the first route it matched)."""
+    from fastapi.responses import JSONResponse
+
     status = getattr(exc, "status_code", 500)
     headers = dict(getattr(exc, "headers", None) or {})
     if status == 405:
@@ -130,5 +161,24 @@ async def http_error_handler(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def caramba_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
     assert isinstance(exc, CarambaError)
-    return JSONResponse(error_body(exc), status_code=_status(exc))
+    body = exc.body if isinstance(exc, Answered) else error_body(exc)
+    headers = {"Retry-After": "5"} if isinstance(exc, Busy) else None
+    return JSONResponse(body, status_code=status_of(exc), headers=headers)
+
+
+async def unprocessable_handler(request: Request, exc: Exception) -> JSONResponse:
+    """A ValueError or UnicodeError that escaped a route: the request held a value the server
+    cannot process. 422, naming only the kind (its text may quote data the client should not see)."""
+    import logging
+
+    from fastapi.responses import JSONResponse
+
+    logging.getLogger("caramba.api").warning("422 for %s %s", request.method, request.url.path, exc_info=exc)
+    kind = type(exc).__name__
+    detail = (f"the request holds a value this server cannot process ({kind})"
+              + ("; text must be valid Unicode (no lone surrogates)" if isinstance(exc, UnicodeError) else ""))
+    return JSONResponse({"detail": detail, "type": kind, "errors": [{"type": kind, "message": detail}]},
+                        status_code=422)

@@ -113,7 +113,7 @@ class RunCancelled(KeyboardInterrupt):
 
 
 class _Steer:
-    """The experiment runner's progress callbacks (``caramba.manifest.experiment.Progress``),
+    """The experiment runner's progress callbacks (``caramba.run.Progress``),
     used to steer a run between its steps: a pause blocks there, a cancel raises there."""
 
     def __init__(self, service: "RunService", started: threading.Event) -> None:
@@ -148,15 +148,51 @@ class _Steer:
                 self.service.live.pop(self.run_id, None)
 
 
+def plan_submission(path: Path, overrides: list[str], targets: list[str], run_ids: list[str]) -> list[Any]:
+    """The runs a submitted manifest plans, narrowed to ``targets`` and ``run_ids``, with every
+    model lowered once, so a bad one is a located 422 and not a failed run. Inside
+    ``data_roots`` a checkpoint given as a path must lie under the roots too."""
+    from caramba.data.sources import outside_roots
+    from caramba.errors import did_you_mean
+    from caramba.manifest.experiment import plan_runs
+
+    plans = plan_runs(path, overrides)
+    doc = plans[0].prep.doc
+    known_targets = list(dict.fromkeys(p.target.name for p in plans))
+    for t in targets:
+        if t not in known_targets:
+            raise doc.error(("targets",), f"no target '{t}'; {did_you_mean(t, known_targets)}")
+    plans = [p for p in plans if not targets or p.target.name in targets]
+    known_runs = list(dict.fromkeys(p.run.id for p in plans))
+    for r in run_ids:
+        if r not in known_runs:
+            raise doc.error(("targets",), f"no run '{r}' in the chosen targets; {did_you_mean(r, known_runs)}")
+    plans = [p for p in plans if not run_ids or p.run.id in run_ids]
+    checked: set[int] = set()
+    for p in plans:
+        ref = p.run.checkpoint
+        if ref and ("/" in ref or ref.startswith(("~", "."))) and outside_roots(path.parent, ref):
+            raise doc.error(("targets",), f"the checkpoint of run '{p.run.id}' is a path outside the folders this "
+                            "server reads from", hint="name the run whose checkpoint to start from (its ID or "
+                            "`latest`), or put the file under a data root")
+        if id(p.prep) not in checked:
+            checked.add(id(p.prep))
+            p.prep.lower(training=p.prep.manifest.trainer is not None)
+    return plans
+
+
 class RunService:
     """The run store at ``root`` plus the runs this process executes."""
 
-    def __init__(self, root: Path, settings: Any, *, workers: int = 2) -> None:
+    def __init__(self, root: Path, settings: Any, *, workers: int = 2, sandbox: Any = None) -> None:
+        from caramba.api.sandbox import Sandbox
         from caramba.store.runs import RunStore
 
         self.root = Path(root)
         self.settings = settings
         self.store = RunStore(self.root)
+        self.sandbox = sandbox if sandbox is not None else Sandbox(
+            settings.serve_validate_timeout_s, settings.serve_validate_memory_mb)
         self.workers = workers
         self.live: dict[str, Control] = {}
         self.threads: dict[str, threading.Thread] = {}
@@ -174,8 +210,8 @@ class RunService:
 
         try:
             return self.store.get(ref)
-        except RunNotFound as exc:
-            raise NotFound(exc.message, hint=exc.hint) from None
+        except RunNotFound as exc:  # the store's message names its folder on this server
+            raise NotFound(exc.message.replace(f" in {self.store.root}", ""), hint=exc.hint) from None
 
     def _actor_state(self, rec: Any) -> str | None:
         ledger_run = rec.config.get("ledger_run") if isinstance(rec.config, dict) else None
@@ -255,34 +291,25 @@ class RunService:
                executor: str = "local") -> dict[str, Any]:
         """Plan a manifest's runs (a bad manifest raises a located ManifestError here, before
         anything runs), then execute them one after another in a background thread; returns
-        once the first run is recorded (or the submission waits for a free worker)."""
+        once the first run is recorded (or the submission waits for a free worker).
+
+        The plan is made twice: first in a sandbox worker (``caramba.api.sandbox``: time and
+        memory bounded), then, once that answered, here for the runs to use."""
         import secrets
 
+        from caramba.api.sandbox import submission_roots
         from caramba.api.staging import staged
-        from caramba.errors import did_you_mean
-        from caramba.manifest.experiment import plan_runs
+        from caramba.data.sources import data_roots
 
         if self.closing.is_set():
             raise Conflict("the server is shutting down")
         group = None
         with staged(self.root, text, name, keep=True, folder=f"s-{secrets.token_hex(6)}") as path:
-            plans = plan_runs(path, overrides)
-            doc = plans[0].prep.doc
-            known_targets = list(dict.fromkeys(p.target.name for p in plans))
-            for t in targets:
-                if t not in known_targets:
-                    raise doc.error(("targets",), f"no target '{t}'; {did_you_mean(t, known_targets)}")
-            plans = [p for p in plans if not targets or p.target.name in targets]
-            known_runs = list(dict.fromkeys(p.run.id for p in plans))
-            for r in run_ids:
-                if r not in known_runs:
-                    raise doc.error(("targets",), f"no run '{r}' in the chosen targets; {did_you_mean(r, known_runs)}")
-            plans = [p for p in plans if not run_ids or p.run.id in run_ids]
-            checked: set[int] = set()
-            for p in plans:  # lower each model once now, so a bad one is a 422 and not a failed run
-                if id(p.prep) not in checked:
-                    checked.add(id(p.prep))
-                    p.prep.lower(training=p.prep.manifest.trainer is not None)
+            roots = submission_roots(path.parent, self.settings)
+            args = {"path": str(path), "overrides": list(overrides), "targets": list(targets), "run_ids": list(run_ids)}
+            self.sandbox.run("plan", args, roots=roots, folder=path.parent)
+            with data_roots(roots):
+                plans = plan_submission(path, overrides, targets, run_ids)
             if executor == "actors":
                 return self._submit_actors(path, overrides, plans)
             group = f"{plans[0].prep.manifest.name}-{secrets.token_hex(3)}"
@@ -330,7 +357,7 @@ class RunService:
         }
 
     def _execute(self, plans: list[Any], group: str, first: threading.Event) -> None:
-        from caramba.manifest.experiment import execute
+        from caramba.run import execute
 
         try:
             if not self._slots.acquire(blocking=False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 T = TypeVar("T")
 
@@ -53,6 +53,46 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+# What the routes that check a manifest may also answer.
+BUSY: dict[int | str, dict[str, Any]] = {
+    503: {"model": ErrorBody, "description": "every validation worker is busy; retry after Retry-After seconds"},
+}
+
+
+def unicode_problem(value: Any, where: str = "") -> str | None:
+    """Where in ``value`` (a JSON body) a string holds a lone surrogate, which is not Unicode
+    text (JSON's ``\\ud800`` escape decodes to one); None when there is none."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"{where or 'the body'}: position {exc.start} holds a lone surrogate, which is not valid Unicode text"
+        return None
+    items: Any = ()
+    if isinstance(value, dict):
+        items = [(str(k), k) for k in value] + [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        items = [(f"[{i}]", v) for i, v in enumerate(value)]
+    for key, v in items:
+        found = unicode_problem(v, f"{where}.{key}".lstrip(".") if not key.startswith("[") else where + key)
+        if found:
+            return found
+    return None
+
+
+class TextBody(BaseModel):
+    """A request body whose strings must be Unicode text (no lone surrogates): they are written
+    to files, passed to YAML and stored, and each of those would fail on one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode_only(cls, data: Any) -> Any:
+        problem = unicode_problem(data)
+        if problem:
+            raise ValueError(problem)
+        return data
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
@@ -71,7 +111,7 @@ class BackendInfo(BaseModel):
     options: list[dict[str, Any]] = []
 
 
-class ManifestIn(BaseModel):
+class ManifestIn(TextBody):
     """A manifest as YAML text. ``name`` is how errors refer to it (default ``manifest.yml``);
     ``overrides`` are ``dotted.path=value`` items applied like ``--set``."""
 
@@ -89,7 +129,7 @@ class ValidationOut(BaseModel):
     rendered: str = Field(description="the expanded manifest as YAML")
 
 
-class CompileIn(BaseModel):
+class CompileIn(TextBody):
     """Compile a manifest's topology, or an IR graph in the ``caramba.ir`` JSON format."""
 
     model_config = ConfigDict(extra="forbid")

@@ -56,6 +56,19 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def outside_roots(base: Path | str, path: str) -> bool:
+    """Whether ``path`` (relative to ``base``) is refused by the data roots in force: its real
+    path (symlinks and ``..`` resolved) is under none of them, or under /proc, /sys or /dev.
+    False when no roots are in force."""
+    roots = _ROOTS.get()
+    if roots is None:
+        return False
+    if not path or "\x00" in path or path.startswith("~"):
+        return True
+    real = os.path.realpath(os.path.join(base, path))  # an absolute path replaces base
+    return any(_under(real, d) for d in SYSTEM_DIRS) or not any(_under(real, r) for r in roots)
+
+
 def _outside(name: str) -> DataError:
     # One message for every refused path: it must not tell an existing file from a missing one.
     return DataError(
@@ -91,11 +104,9 @@ def _resolve(base: Path, path: str, name: str) -> Path:
         if not p.is_file():
             raise DataError(f"dataset '{name}': file {p} does not exist")
         return p
-    if not path or "\x00" in path or path.startswith("~"):
+    if outside_roots(base, path):
         raise _outside(name)
-    real = os.path.realpath(os.path.join(base, path))  # an absolute path replaces base
-    if any(_under(real, d) for d in SYSTEM_DIRS) or not any(_under(real, r) for r in roots):
-        raise _outside(name)
+    real = os.path.realpath(os.path.join(base, path))
     if not os.path.isfile(real):
         raise DataError(f"dataset '{name}': file {path} does not exist")
     return Path(real)
@@ -221,10 +232,7 @@ def _npz(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
     return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
 
 
-def _csv_rows(name: str, path: Path, delimiter: Any) -> list[list[str]]:
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
-        raise DataError(f"dataset '{name}': delimiter must be one character (not a quote or line break), "
-                        f"got {delimiter!r}")
+def _csv_rows(name: str, path: Path, delimiter: str) -> list[list[str]]:
     reader = None
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -240,8 +248,12 @@ def _csv_rows(name: str, path: Path, delimiter: Any) -> list[list[str]]:
 
 
 def _csv(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    delimiter = s.get("delimiter", ",")
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+        raise DataError(f"dataset '{name}': delimiter must be one character (not a quote or line break), "
+                        f"got {delimiter!r}")
     path = _resolve(base, s["path"], name)
-    rows = _csv_rows(name, path, s.get("delimiter", ","))
+    rows = _csv_rows(name, path, delimiter)
     header = rows.pop(0) if s.get("header", True) and rows else None
     if not rows:
         raise DataError(f"dataset '{name}': {path.name} has no data rows")

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the serve extra (fastapi) is not installed")
 
 API_TOKEN = "test-token-123"
+TEST_HOSTS = ("testserver",)  # the Host header of FastAPI's test client
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def app(store):
     from caramba.api import create_app
     from caramba.config import Settings
 
-    return create_app(Settings(store=str(store), api_token=API_TOKEN))
+    return create_app(Settings(store=str(store), api_token=API_TOKEN), hosts=TEST_HOSTS)
 
 
 @pytest.fixture

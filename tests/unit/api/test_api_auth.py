@@ -42,7 +42,7 @@ def test_a_server_without_a_token_refuses_every_state_changing_call(store):
     from caramba.api import create_app
     from caramba.config import Settings
 
-    app = create_app(Settings(store=str(store), api_token=""))
+    app = create_app(Settings(store=str(store), api_token=""), hosts=["testserver"])
     with TestClient(app) as c:
         for method, path in _write_routes(app):
             for headers in ({}, {"Authorization": "Bearer "}, {"X-Caramba-Token": ""}):

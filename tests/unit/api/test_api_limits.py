@@ -9,7 +9,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(store, token):
     from caramba.api import create_app
     from caramba.config import Settings
 
-    app = create_app(Settings(store=str(store), api_token=token), max_body=1000)
+    app = create_app(Settings(store=str(store), api_token=token), max_body=1000, hosts=["testserver"])
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as c:
         r = c.post("/api/v1/manifests/validate", json={"manifest": "x" * 2000})
         assert r.status_code == 413 and "1000 bytes" in r.json()["detail"]

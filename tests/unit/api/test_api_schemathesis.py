@@ -25,7 +25,7 @@ _STORE = tempfile.mkdtemp(prefix="caramba-schemathesis-")
 atexit.register(shutil.rmtree, _STORE, True)  # also when this module's tests are deselected
 # A body limit above the largest schema-valid body, so that oversized fields meet the schema's
 # 422 rather than the 413 of the size limit (which test_api_limits covers).
-APP = create_app(Settings(store=_STORE, api_token=TOKEN), max_body=64 << 20)
+APP = create_app(Settings(store=_STORE, api_token=TOKEN), max_body=64 << 20, hosts=["testserver"])
 schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", APP)
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 
 from caramba.api.auth import AUTH
 from caramba.api.schemas import (
+    BUSY,
     ERRORS,
     WRITE_ERRORS,
     CompileIn,
@@ -24,38 +25,26 @@ from caramba.errors import ConfigError
 router = APIRouter(tags=["manifests"])
 
 
-def store_root(request: Request) -> Path:
-    return request.app.state.caramba.store_root
+def _check(request: Request, job: str, text: str, name: str, args: dict[str, Any]) -> Any:
+    """Stage ``text`` as ``name`` and run ``job`` on it in the sandbox (time and memory bounded,
+    data read only under the submission's data roots)."""
+    from caramba.api.sandbox import submission_roots
+
+    state = request.app.state.caramba
+    with staged(state.store_root, text, name) as path:
+        roots = submission_roots(path.parent, state.settings)
+        return state.sandbox.run(job, {"path": str(path), **args}, roots=roots, folder=path.parent)
 
 
-def summary(prep: Any, low: Any | None = None) -> dict[str, Any]:
-    m = prep.manifest
-    out = {
-        "name": m.name,
-        "description": m.description,
-        "experiment": m.is_experiment,
-        "nodes": len(m.topology.nodes),
-        "datasets": sorted(m.datasets),
-        "steps": m.trainer.steps if m.trainer else None,
-        "targets": [{"name": t.name, "backend": t.backend, "runs": [r.id for r in t.runs]} for t in m.targets],
-        "arms": [a.id for a in m.tuner.arms] if m.tuner else [],
-        "dims": dict(prep.dims),
-    }
-    if low is not None:
-        out.update(graph_nodes=len(low.graph.nodes), params=low.param_count())
-    return out
-
-
-@router.post("/manifests/validate", response_model=ValidationOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])
+@router.post("/manifests/validate", response_model=ValidationOut, responses=ERRORS | WRITE_ERRORS | BUSY,
+             dependencies=[AUTH])
 def validate_manifest(body: ManifestIn, request: Request) -> ValidationOut:
     """Everything ``caramba manifest validate`` checks: YAML, schema, references, data binding,
     and lowering to IR. A bad manifest is answered 422 with the file, line, column and dotted
-    path of the problem."""
-    from caramba.manifest.compile import check
-
-    with staged(store_root(request), body.manifest, body.name) as path:
-        prep, low = check(path, body.overrides)
-        return ValidationOut(name=body.name, summary=summary(prep, low), rendered=prep.doc.as_yaml())
+    path of the problem; so is one that takes more time or memory to check than the server
+    allows."""
+    out = _check(request, "validate", body.manifest, body.name, {"name": body.name, "overrides": body.overrides})
+    return ValidationOut(**out)
 
 
 def _graph_out(graph: Any, with_svg: bool) -> GraphOut:
@@ -83,19 +72,9 @@ def _graph_of(body: CompileIn, request: Request) -> Any:
             raise CodecError(f"not a caramba.ir graph: {type(exc).__name__}: {exc}") from None
         verify(graph)
         return graph
-    from caramba.manifest.compile import check
+    from caramba.ir import from_dict
 
-    with staged(store_root(request), body.manifest, body.name) as path:
-        prep, _ = check(path)
-        return model_graph(prep, body.dims)
-
-
-def model_graph(prep: Any, dims: dict[str, int] | None = None) -> Any:
-    """The model as an inference graph (no training behaviour), with ``dims`` bound."""
-    from caramba.manifest.lower import lower_topology
-
-    bound = {**prep.dims, **(dims or {})}
-    return lower_topology(prep.manifest.topology, prep.doc, dims=bound, name=prep.manifest.name).graph
+    return from_dict(_check(request, "graph", body.manifest, body.name, {"dims": body.dims}))
 
 
 def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = True) -> dict[str, Any]:
@@ -129,13 +108,14 @@ def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = 
 def explain_recorded(path: Path, dims: dict[str, int] | None, backend: str, overrides: list[str] = ()) -> dict[str, Any]:
     """Explain the graph of a run's manifest: the expanded one it recorded (with the run's
     dims), or the file it ran (with its overrides, data bound to get the dims)."""
+    from caramba.api.sandbox import model_graph
     from caramba.manifest.compile import prepare
 
     prep = prepare(path, list(overrides), load_data=dims is None)
     return explain(model_graph(prep, dims), backend)
 
 
-@router.post("/compile", response_model=CompileOut, responses=ERRORS | WRITE_ERRORS, dependencies=[AUTH])
+@router.post("/compile", response_model=CompileOut, responses=ERRORS | WRITE_ERRORS | BUSY, dependencies=[AUTH])
 def compile_(body: CompileIn, request: Request) -> dict[str, Any]:
     """Run the compiler pipeline for a backend and explain it: each pass (changed or not, its
     diagnostics, node counts, time) and the graph before and after, as text and SVG."""

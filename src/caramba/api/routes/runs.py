@@ -12,6 +12,7 @@ from caramba.api.auth import AUTH
 from caramba.api.errors import NotFound
 from caramba.api.runs import Cursor
 from caramba.api.schemas import (
+    BUSY,
     ERRORS,
     WRITE_ERRORS,
     ArtifactOut,
@@ -61,7 +62,7 @@ def show_experiment(name: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/experiments", response_model=SubmitOut, status_code=202,
-             responses=ERRORS | WRITE_ERRORS | CONFLICT, dependencies=[AUTH])
+             responses=ERRORS | WRITE_ERRORS | CONFLICT | BUSY, dependencies=[AUTH])
 def submit(body: SubmitIn, request: Request) -> dict[str, Any]:
     """Run a manifest: every target x run (x tuner arm) it plans, one after another, in this
     server. The manifest is checked first; a bad one is answered 422 with its location and
