@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import time
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -35,6 +36,7 @@ from caramba.actors.model import Commit, GetVersion
 from caramba.actors.notary import Evidence, GetEntry, LatestValid, Query, ValidityOf
 from caramba.actors.storage import Get, Put, Stat
 from caramba.errors import CarambaError, did_you_mean
+from caramba.run.events import RunCancelled
 
 State = Literal["pending", "running", "paused", "checkpointed", "verified", "voided", "failed", "cancelled"]
 TERMINAL = ("verified", "voided", "failed", "cancelled")
@@ -90,7 +92,7 @@ class RunDriver(Protocol):
 # name -> "module:Class". One line per driver; a spec may also name "module:Class" directly.
 DRIVERS: dict[str, str] = {
     "linear": "caramba.actors.drivers:LinearRegression",
-    "manifest": "caramba.actors.drivers:ManifestRun",
+    "manifest": "caramba.run.driver:ManifestRun",
 }
 
 
@@ -178,6 +180,57 @@ class LeaseInfo(Message):
     job_id: str
 
 
+# ---- what a driver reports besides its per-step metrics ----------------------------------------------
+class _Sink:
+    """Where a driver's logged metrics, evaluations and artifacts go: the run store (live, so
+    curves and streams update) and, in this process, the caller's ``Progress``. The rows since
+    the last checkpoint are also kept, to be committed again with the checkpoint in one
+    transaction."""
+
+    def __init__(self, actor: "Experiment") -> None:
+        self.actor = actor
+        self.pending: list[tuple[int, str, dict[str, float]]] = []  # since the last checkpoint
+        self.unwritten: list[tuple[int, str, dict[str, float]]] = []  # not yet in the run store
+
+    @property
+    def store_root(self) -> str | None:
+        return self.actor.run_store_root
+
+    def _observer(self) -> Any:
+        from caramba.run.events import observer
+
+        return observer(self.actor.spec.run_id)
+
+    def metrics(self, step: int, values: dict[str, float], split: str = "train", live: bool = True) -> None:
+        """Record metrics of ``step``; ``live=False`` holds them until the next live row (one
+        run-store write per logged step, not per step)."""
+        row = (step, split, {k: float(v) for k, v in values.items()})
+        self.pending.append(row)
+        self.unwritten.append(row)
+        if not live:
+            return
+        store, record = self.actor._runs(), self.actor.record
+        if store is not None and record is not None:
+            store.log_rows(record, self.unwritten)
+            self.actor._beat(force=False, logged=True)
+        self.unwritten = []
+        if split != "train" and (obs := self._observer()) is not None:
+            obs.evaluate(step, split, row[2])
+
+    def progress(self, step: int, total: int, values: dict[str, float], samples_per_s: float) -> None:
+        if (obs := self._observer()) is not None:
+            obs.step(step, total, values, samples_per_s)
+
+    def artifact(self, name: str, data: bytes | str, kind: str) -> None:
+        store, record = self.actor._runs(), self.actor.record
+        if store is not None and record is not None:
+            store.add_artifact(record, name, data, kind=kind)
+
+    def message(self, text: str) -> None:
+        if (obs := self._observer()) is not None:
+            obs.message(text)
+
+
 # ---- the actor ---------------------------------------------------------------------------------------
 class Experiment(Actor):
     """Runs ``spec`` (a RunSpec as a dict). ``autostart`` begins (or resumes) as soon as the actor
@@ -217,6 +270,9 @@ class Experiment(Actor):
         self.base: int | None = None
         self.error: str | None = None
         self.summary: dict[str, float] = {}
+        self.extra: dict[str, Any] = {}  # the driver's own summary (sizes, timings) for the run store
+        self.sink = _Sink(self)
+        self._beat_at = 0.0
 
     # ---- plumbing ----------------------------------------------------------------------------------
     def started(self) -> None:
@@ -312,7 +368,10 @@ class Experiment(Actor):
             if done:
                 self._finish()
             else:
+                self._beat(force=False)
                 self.context.self_ref.tell(Advance())
+        except RunCancelled as exc:
+            self.cancel(Cancel(reason=exc.message))
         except CarambaError as exc:
             self._fail(exc)
 
@@ -339,7 +398,10 @@ class Experiment(Actor):
         if self._already_finished(notary):
             return
         self.driver = make_driver(spec.driver, self)
+        if hasattr(self.driver, "attach"):
+            self.driver.attach(self.sink)
         found = notary.ask(LatestValid(subject=spec.run_id, name="checkpoint", kind="artifact"))
+        self._store_begin(found.entry.payload["step"] if found.entry is not None else 0)
         if found.entry is not None:
             art = found.entry
             blob = self.context.lookup(self.services.storage).ask(Get(key=art.payload["key"]))
@@ -360,7 +422,6 @@ class Experiment(Actor):
             self.driver.start(spec, initial=initial)
         self.buffer, self.buffer_start = [], self.driver.steps_done + 1
         self.state = "running"
-        self._store_begin()
         self.context.self_ref.tell(Advance())
 
     def _resolve_base(self) -> int | None:
@@ -415,7 +476,7 @@ class Experiment(Actor):
         event = self._emit("event", "progress", {"step": step, "first_step": self.buffer_start, "metrics": columns},
                            [art.hash, self.last.event if self.last else self.intent.hash])
         self.last = CheckpointInfo(step=step, key=info.key, sha256=info.sha256, artifact=art.hash, event=event.hash)
-        self._store_metrics(self.buffer_start, self.buffer, step)
+        self._store_checkpoint(step, data, info.sha256)
         self.buffer, self.buffer_start = [], step + 1
         verdict = self._notary().ask(ValidityOf(entry=event.hash))
         if not verdict.valid:
@@ -426,6 +487,7 @@ class Experiment(Actor):
     def _finish(self) -> None:
         assert self.driver is not None and self.intent is not None and self.last is not None
         self.summary = {k: float(v) for k, v in self.driver.metrics().items()}
+        self.extra = dict(self.driver.summary()) if hasattr(self.driver, "summary") else {}
         claim = self._emit("claim", "final", {
             "step": self.driver.steps_done, "metrics": self.summary,
             "checkpoint": {"key": self.last.key, "sha256": self.last.sha256},
@@ -523,17 +585,28 @@ class Experiment(Actor):
 
         return RunStore(self.run_store_root)
 
-    def _store_begin(self) -> None:
+    def _store_begin(self, resumed_step: int) -> None:
+        """Open (or, for a resumed run, reopen) the run's record: running in this process, and
+        nothing recorded after the step it resumes from."""
         store = self._runs()
         if store is None:
             return
+        from caramba.store.runs import RunNotFound
+
         spec = self.spec
-        group, _, name = spec.run_id.partition("/")
-        name = name or spec.run_id
-        old = [r for r in store.list(1000, group_id=group) if r.run_name == name and r.config.get("ledger_run") == spec.run_id]
-        if old:  # a resumed run continues its record
-            self.record = old[0].id
-        else:
+        try:  # the engine creates the record first and names the ledger run after it
+            self.record = spec.run_id if store.get(spec.run_id).id == spec.run_id else None
+        except RunNotFound:
+            self.record = None
+        if self.record is None:
+            group, _, name = spec.run_id.partition("/")
+            name = name or spec.run_id
+            old = [r for r in store.list(1000, group_id=group) if r.run_name == name and r.config.get("ledger_run") == spec.run_id]
+            if old:  # a resumed run continues its record
+                self.record = old[0].id
+        if self.record is None:
+            group, _, name = spec.run_id.partition("/")
+            name = name or spec.run_id
             cfg = spec.config
             rec = store.create_run(
                 str(cfg.get("experiment") or group.split("-")[0] or spec.run_id), group_id=group, arm=str(cfg.get("arm", "")),
@@ -542,15 +615,56 @@ class Experiment(Actor):
                 config={"ledger_run": spec.run_id, "spec": spec.model_dump(mode="json"), "intent": self.intent.hash if self.intent else None},
             )
             self.record = rec.id
+        store.rewind(self.record, resumed_step)
         store.start(self.record)
+        self._beat_at = time.monotonic()
 
-    def _store_metrics(self, first: int, rows: list[dict[str, float]], step: int) -> None:
+    def _beat(self, *, force: bool, logged: bool = False) -> None:
+        """Tell the run store this run's process is alive (throttled; a logged row counts)."""
+        from caramba.store.runs import HEARTBEAT_EVERY_S
+
+        now = time.monotonic()
+        if logged:
+            self._beat_at = now
+            return
+        if not force and now - self._beat_at < HEARTBEAT_EVERY_S:
+            return
+        store = self._runs()
+        if store is not None and self.record is not None:
+            store.heartbeat(self.record)
+        self._beat_at = now
+
+    def _store_checkpoint(self, step: int, data: bytes, sha256: str) -> None:
+        """The checkpoint (a link to the stored blob in the run folder) with every metric row up
+        to ``step``, in one run-store transaction."""
         store = self._runs()
         if store is None or self.record is None:
             return
-        for i, m in enumerate(rows):
-            store.log_metrics(self.record, first + i, m)
-        store.progress(self.record, step)
+        from caramba.store.runs import Artifact
+
+        if self.sink.pending:
+            rows = self.sink.pending
+        else:  # drivers without a sink: the per-step metrics the ledger has
+            rows = [(self.buffer_start + i, "train", m) for i, m in enumerate(self.buffer)]
+        name = f"checkpoints/step{step:08d}.safetensors"
+        path = store.run_dir(self.record) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        store.commit_checkpoint(self.record, step, rows, Artifact(self.record, name, "checkpoint", sha256, len(data), path))
+        self.sink.pending, self.sink.unwritten = [], []
+        self._prune_checkpoints(store)
+
+    def _prune_checkpoints(self, store: Any) -> None:
+        """Keep the run folder's newest ``keep`` checkpoints (the ledger's blobs stay: they are
+        the evidence its entries point at)."""
+        keep = int(self.spec.config.get("keep_checkpoints") or 0)
+        if keep <= 0:
+            return
+        old = store.artifacts(self.record, "checkpoint")
+        for a in old[: max(0, len(old) - keep)]:
+            store.remove_artifact(self.record, a.name)
 
     def _store_end(self, result: dict[str, Any]) -> None:
         store = self._runs()
@@ -558,9 +672,12 @@ class Experiment(Actor):
             return
         state = result.get("state")
         status = {"verified": "finished", "cancelled": "cancelled"}.get(state, "failed")
-        summary = {**self.summary, "verdict": state, "claim": self.claim, "model_version": self.model_version,
-                   "checkpoint": self.last.key if self.last else None}
-        error = "" if status != "failed" else str(result.get("error") or "; ".join(result.get("reasons", [])) or state)
+        summary = {**self.extra, **self.summary, "verdict": state, "claim": self.claim,
+                   "model_version": self.model_version, "checkpoint": self.last.key if self.last else None}
+        if status == "cancelled":
+            error = str(result.get("reason") or "")
+        else:
+            error = "" if status != "failed" else str(result.get("error") or "; ".join(result.get("reasons", [])) or state)
         store.finish(self.record, status, summary=summary, error=error)
 
 

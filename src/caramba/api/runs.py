@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from caramba.api.errors import Conflict, NotFound
+from caramba.run.events import RunCancelled
 
-TERMINAL = ("finished", "failed", "cancelled")
+TERMINAL = ("finished", "failed", "cancelled", "interrupted")
 PAUSE_WAIT_S = 5.0
-ALL_STATUSES = ("created", "running", "paused", "finished", "failed", "cancelled")
+ALL_STATUSES = ("created", "running", "paused", "finished", "failed", "cancelled", "interrupted")
 
 
 @dataclass(frozen=True, order=True)
@@ -101,17 +102,6 @@ class Control:
         return self.cancel.is_set()
 
 
-class RunCancelled(KeyboardInterrupt):
-    """Raised between two steps of a run that was cancelled (through the API or by shutdown).
-
-    An interrupt, because that is what the experiment runner records as a cancelled run."""
-
-    def __init__(self, run_id: str, reason: str) -> None:
-        super().__init__(reason)
-        self.run_id = run_id
-        self.reason = reason
-
-
 class _Steer:
     """The experiment runner's progress callbacks (``caramba.run.Progress``),
     used to steer a run between its steps: a pause blocks there, a cancel raises there."""
@@ -130,11 +120,11 @@ class _Steer:
 
     def step(self, step: int, total: int, values: Any, samples_per_s: float) -> None:
         if self.control.checkpoint():
-            raise RunCancelled(self.run_id or "", self.control.reason or "cancelled")
+            raise RunCancelled(self.control.reason or "cancelled")
 
     def evaluate(self, step: int, split: str, values: Any) -> None:
         if self.control.cancel.is_set():
-            raise RunCancelled(self.run_id or "", self.control.reason or "cancelled")
+            raise RunCancelled(self.control.reason or "cancelled")
 
     def end(self, result: Any) -> None:
         self.release()
@@ -241,7 +231,7 @@ class RunService:
             "created": rec.created, "started": rec.started, "finished": rec.finished, "step": rec.step,
             "steps": rec.steps, "summary": rec.summary, "error": error,
             "manifest_sha256": rec.manifest_sha256 or None, "live": live,
-            "executor": "actors" if rec.config.get("ledger_run") else "local",
+            "executor": rec.config.get("executor") or ("actors" if rec.config.get("ledger_run") else "local"),
             "ledger_run": rec.config.get("ledger_run"),
         }
 
@@ -370,11 +360,8 @@ class RunService:
                     if self.closing.is_set():
                         return
                     steer = _Steer(self, first)
-                    try:
+                    try:  # a cancel raises RunCancelled in the run's thread: recorded as cancelled, with its reason
                         execute(plan, self.store, steer, group)
-                    except RunCancelled as stop:
-                        # execute() recorded "cancelled" (an interrupt); keep the reason with it
-                        self.store.finish(stop.run_id, "cancelled", error=stop.reason)
                     finally:
                         steer.release()
                         first.set()

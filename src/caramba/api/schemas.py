@@ -169,7 +169,7 @@ class CompileOut(BaseModel):
     after: GraphOut
 
 
-RunStatus = Literal["created", "running", "paused", "finished", "failed", "cancelled"]
+RunStatus = Literal["created", "running", "paused", "finished", "failed", "cancelled", "interrupted"]
 
 
 class RunOut(BaseModel):

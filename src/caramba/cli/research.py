@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
 
         from caramba.config import load_settings
         from caramba.errors import ConfigError
-        from caramba.manifest.experiment import Progress, run_experiment
+        from caramba.run import Progress, ledger_root, run_experiment
 
         console = Console(highlight=False)
         settings = load_settings(config, overrides={"store": store, "backend": backend})
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
 
             report = run_cluster(manifest, None, cluster=cluster, overrides=set_, backend=backend or None,
                                  target=target, workers=workers, run_store=str(runs.root),
-                                 root=str(Path(runs.root) / "cluster"))  # the ledger beside the runs of --store
+                                 root=str(ledger_root(runs)))  # one ledger per store, the one local runs use
             console.print(escape(report.as_text()))
             raise typer.Exit(0 if report.ok else 1)
         bar = _Bar(console, quiet)
@@ -174,6 +174,41 @@ def register(app: typer.Typer) -> None:
             console.print(f"unigram baseline loss {base:.4f}")
         console.print(f"store {escape(str(runs.root))}; inspect with: caramba research inspect {escape(result.runs[-1].run_id)}")
         if not result.ok:
+            raise typer.Exit(1)
+
+    @group.command("resume")
+    def resume(
+        run_id: str = typer.Argument(..., help="an interrupted run's ID (or prefix, or latest)"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    ) -> None:
+        """Continue an interrupted run on the same run ID from its newest checkpoint the Notary
+        accepts (same data order, random streams and schedule: it ends where an uninterrupted run
+        would have). The metrics after that checkpoint are recomputed, never duplicated."""
+        from rich.console import Console
+        from rich.markup import escape
+
+        from caramba.run import Progress, resume_run
+
+        console = Console(highlight=False)
+        runs = _store(config, store)
+        bar = _Bar(console, quiet)
+
+        class CliProgress(Progress):
+            start, step, evaluate, end, message = bar.start, bar.step, bar.evaluate, bar.end, bar.message
+
+        try:
+            result = resume_run(run_id, runs, progress=CliProgress())
+        finally:
+            bar.close()
+        values = "  ".join(f"{k} {_fmt(v)}" for k, v in result.summary.items()
+                           if k == "train.loss" or k.startswith(("val.", "test.")))
+        colour = "green" if result.status == "finished" else "red"
+        console.print(f"{escape(result.run_id)}: [{colour}]{result.status}[/]  {escape(values)}")
+        if result.error:
+            console.print(f"[red]{escape(result.error)}[/]")
+        if result.status != "finished":
             raise typer.Exit(1)
 
     @group.command("status")
@@ -234,7 +269,7 @@ def register(app: typer.Typer) -> None:
         from rich.syntax import Syntax
         from rich.table import Table
 
-        from caramba.manifest.experiment import inspect_run, ir_summary
+        from caramba.run import inspect_run, ir_summary
 
         console = Console(highlight=False)
         runs = _store(config, store)

@@ -13,10 +13,10 @@ from caramba.manifest.loader import Document, dump_yaml, load, load_string, pars
 
 _LAZY = {
     "check": "caramba.manifest.compile", "prepare": "caramba.manifest.compile", "Prepared": "caramba.manifest.compile",
-    "run_experiment": "caramba.manifest.experiment", "plan_runs": "caramba.manifest.experiment",
-    "execute": "caramba.manifest.experiment", "Progress": "caramba.manifest.experiment",
-    "RunCancelled": "caramba.manifest.experiment", "ExperimentResult": "caramba.manifest.experiment",
-    "inspect_run": "caramba.manifest.experiment", "lower_topology": "caramba.manifest.lower",
+    "run_experiment": "caramba.run", "plan_runs": "caramba.run",
+    "execute": "caramba.run", "Progress": "caramba.run",
+    "RunCancelled": "caramba.run", "ExperimentResult": "caramba.run",
+    "inspect_run": "caramba.run", "lower_topology": "caramba.manifest.lower",
     "registry": "caramba.manifest.registry", "validate": "caramba.manifest.schema",
 }
 

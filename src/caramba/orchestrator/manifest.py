@@ -24,7 +24,7 @@ def run_specs(
     by label (``target/run``, ``arm/target/run``). Run IDs carry the manifest's content hash, so
     a changed manifest never reuses the ledger history of an old one, and re-running the same
     manifest finds its verified runs instead of training them again."""
-    from caramba.manifest.experiment import plan_runs
+    from caramba.run import plan_runs
 
     path = Path(manifest_path).absolute()
     items = list(overrides.items()) if isinstance(overrides, Mapping) else None

@@ -68,7 +68,39 @@ CREATE TABLE IF NOT EXISTS artifacts (
 );
 """
 
-STATUSES = ("created", "running", "finished", "failed", "cancelled")
+STATUSES = ("created", "running", "finished", "failed", "cancelled", "interrupted")
+
+# A running run whose process is gone is "interrupted": on this host its owner's PID is checked;
+# a run owned by another host is interrupted once its heartbeat is older than this.
+STALE_HEARTBEAT_S = 120.0
+HEARTBEAT_EVERY_S = 2.0
+
+_MIGRATIONS = (  # (probe, statements): columns and indexes added after the first release
+    ("SELECT heartbeat FROM runs LIMIT 0", ("ALTER TABLE runs ADD COLUMN heartbeat REAL",)),
+    ("SELECT owner FROM runs LIMIT 0", ("ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT ''",)),
+)
+
+
+def this_process() -> str:
+    """The owner string of runs executed by this process: ``host:pid``."""
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str, heartbeat: float | None, now: float) -> bool:
+    import socket
+
+    host, _, pid = owner.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return heartbeat is not None and now - heartbeat < STALE_HEARTBEAT_S
 
 
 class RunNotFound(CarambaError):
@@ -114,6 +146,8 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    heartbeat: float | None = None
+    owner: str = ""
 
     @property
     def seconds(self) -> float | None:
@@ -154,6 +188,7 @@ class RunStore:
             raise _unusable(self.root, exc) from None
         with self._db() as db:
             db.executescript(SCHEMA)
+            _migrate(db)
 
     @contextmanager
     def _db(self):
@@ -202,9 +237,46 @@ class RunStore:
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
 
-    def start(self, run_id: str) -> None:
+    def start(self, run_id: str, owner: str | None = None) -> None:
+        """Mark a run running in this process (``owner``: ``host:pid``, default this process)."""
+        now = time.time()
         with self._db() as db:
-            db.execute("UPDATE runs SET status='running', started=? WHERE id=?", (time.time(), run_id))
+            db.execute("UPDATE runs SET status='running', started=COALESCE(started, ?), finished=NULL, error='',"
+                       " heartbeat=?, owner=? WHERE id=?", (now, now, owner or this_process(), run_id))
+
+    def heartbeat(self, run_id: str) -> None:
+        with self._db() as db:
+            db.execute("UPDATE runs SET heartbeat=? WHERE id=?", (time.time(), run_id))
+
+    def interrupt(self, run_id: str, reason: str) -> None:
+        """Record that a run stopped before its end and can be resumed."""
+        with self._db() as db:
+            db.execute("UPDATE runs SET status='interrupted', error=? WHERE id=? AND status IN ('created', 'running')",
+                       (reason, run_id))
+
+    def update_config(self, run_id: str, values: Mapping[str, Any]) -> None:
+        rec = self.get(run_id)
+        with self._db() as db:
+            db.execute("UPDATE runs SET config=? WHERE id=?", (json.dumps({**rec.config, **values}, default=str), run_id))
+
+    def commit_checkpoint(self, run_id: str, step: int, rows: "list[tuple[int, str, Mapping[str, float]]]",
+                          artifact: "Artifact | None" = None) -> None:
+        """One transaction: the metric rows up to ``step``, the checkpoint artifact and the step.
+        Either all of it is stored or none (a crash in between leaves the previous commit)."""
+        now = time.time()
+        with self._db() as db:
+            db.executemany("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?,?,?)",
+                           [(run_id, int(i), split, k, float(v), now) for i, split, vals in rows for k, v in vals.items()])
+            if artifact is not None:
+                db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?,?,?,?,?)",
+                           (run_id, artifact.name, artifact.kind, artifact.sha256, artifact.size, now))
+            db.execute("UPDATE runs SET step=?, heartbeat=? WHERE id=?", (int(step), now, run_id))
+
+    def rewind(self, run_id: str, step: int) -> None:
+        """Forget what a run recorded after ``step`` (a resumed run computes it again)."""
+        with self._db() as db:
+            db.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, int(step)))
+            db.execute("UPDATE runs SET step=? WHERE id=?", (int(step), run_id))
 
     def progress(self, run_id: str, step: int) -> None:
         with self._db() as db:
@@ -227,6 +299,9 @@ class RunStore:
         d = dict(row)
         d["config"] = json.loads(d["config"] or "{}")
         d["summary"] = json.loads(d["summary"] or "{}")
+        if d["status"] in ("running", "created") and d.get("owner") and not _owner_alive(d["owner"], d.get("heartbeat"), time.time()):
+            d["status"] = "interrupted"  # its process died: `caramba research resume` continues it
+            d["error"] = d["error"] or f"the process running it ({d['owner']}) is gone"
         return RunRecord(dir=self.run_dir(d["id"]), **d)
 
     def get(self, ref: str) -> RunRecord:
@@ -272,8 +347,19 @@ class RunStore:
         now = time.time()
         rows = [(run_id, int(step), split, k, float(v), now) for k, v in values.items()]
         with self._db() as db:
-            db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", rows)
-            db.execute("UPDATE runs SET step=MAX(step, ?) WHERE id=?", (int(step), run_id))
+            db.executemany("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?,?,?)", rows)
+            db.execute("UPDATE runs SET step=MAX(step, ?), heartbeat=? WHERE id=?", (int(step), now, run_id))
+
+    def log_rows(self, run_id: str, rows: "list[tuple[int, str, Mapping[str, float]]]") -> None:
+        """Several ``(step, split, values)`` rows in one transaction."""
+        now = time.time()
+        flat = [(run_id, int(i), split, k, float(v), now) for i, split, vals in rows for k, v in vals.items()]
+        if not flat:
+            return
+        with self._db() as db:
+            db.executemany("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?,?,?)", flat)
+            db.execute("UPDATE runs SET step=MAX(step, ?), heartbeat=? WHERE id=?",
+                       (max(int(r[0]) for r in rows), now, run_id))
 
     def metrics(self, run_id: str, name: str | None = None, split: str | None = None) -> list[tuple[int, str, str, float]]:
         """``(step, split, name, value)`` rows in step order."""
@@ -326,6 +412,20 @@ class RunStore:
         with self._db() as db:
             db.execute("DELETE FROM artifacts WHERE run_id = ? AND name = ?", (run_id, name))
         (self.run_dir(run_id) / name).unlink(missing_ok=True)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    for probe, statements in _MIGRATIONS:
+        try:
+            db.execute(probe).fetchall()
+        except sqlite3.OperationalError:
+            for st in statements:
+                db.execute(st)
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'metrics_key'").fetchone() is None:
+        # one value per (run, split, name, step): a resumed run rewrites its rows, never duplicates them
+        db.execute("DELETE FROM metrics WHERE rowid NOT IN "
+                   "(SELECT MAX(rowid) FROM metrics GROUP BY run_id, split, name, step)")
+        db.execute("CREATE UNIQUE INDEX metrics_key ON metrics(run_id, split, name, step)")
 
 
 def _sha256(path: Path) -> tuple[str, int]:

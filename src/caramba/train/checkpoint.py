@@ -2,6 +2,10 @@
 
 Metadata: ``format`` (``caramba``), ``step``, ``graph_hash`` (fingerprint of the train-step
 graph), ``manifest_hash``. Saving downloads and loading uploads explicitly; nothing else moves.
+
+A load given the file's recorded ``sha256`` reads the bytes once, checks the digest and parses
+those same bytes: a flipped bit anywhere (an exponent turned NaN, a low mantissa bit nobody
+would notice) is refused before any tensor reaches a runner.
 """
 
 from __future__ import annotations
@@ -35,9 +39,30 @@ def save_checkpoint(path: "str | Path", runner: Runner, names: Iterable[str] | N
     return safetensors.save(path, tensors, meta)
 
 
-def read_checkpoint(path: "str | Path"):
-    """``(tensors, Checkpoint)`` from ``path`` without touching any runner."""
-    tensors, meta = safetensors.load(path)
+def verified_bytes(path: "str | Path", sha256: str) -> bytes:
+    """The bytes of ``path``, provided they hash to ``sha256`` (else CheckpointError)."""
+    import hashlib
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256.lower():
+        raise CheckpointError(
+            f"checkpoint {path} does not match its recorded digest: sha256 {got[:16]}…, recorded {sha256[:16]}…",
+            hint="the file changed after it was written (disk corruption or an edit); restore it or use another checkpoint",
+        )
+    return data
+
+
+def read_checkpoint(path: "str | Path", sha256: str | None = None):
+    """``(tensors, Checkpoint)`` from ``path`` without touching any runner; with ``sha256``
+    the file must have that digest."""
+    if sha256 is not None:
+        tensors, meta = safetensors.loads(verified_bytes(path, sha256), str(path))
+    else:
+        tensors, meta = safetensors.load(path)
     if meta.get("format") != "caramba":
         raise CheckpointError(f"{path} is not a caramba checkpoint (metadata format {meta.get('format')!r})")
     try:
@@ -49,11 +74,12 @@ def read_checkpoint(path: "str | Path"):
 
 
 def load_checkpoint(path: "str | Path", runner: Runner, *, expect_graph_hash: str | None = None,
-                    expect: Mapping[str, StateDecl] | None = None) -> Checkpoint:
+                    expect: Mapping[str, StateDecl] | None = None, sha256: str | None = None) -> Checkpoint:
     """Upload a checkpoint into ``runner.state``. With ``expect_graph_hash`` it must come from
     that graph; with ``expect`` (state declarations) every tensor must match its declaration and
-    every declared entry that is not zeros/ones-initialized must be present."""
-    tensors, info = read_checkpoint(path)
+    every declared entry that is not zeros/ones-initialized must be present; with ``sha256``
+    the file must have that digest."""
+    tensors, info = read_checkpoint(path, sha256)
     if expect_graph_hash is not None and info.graph_hash != expect_graph_hash:
         raise CheckpointError(
             f"{path} was saved from graph {info.graph_hash[:12] or '?'}, not this one ({expect_graph_hash[:12]})",
@@ -74,4 +100,4 @@ def load_checkpoint(path: "str | Path", runner: Runner, *, expect_graph_hash: st
     return info
 
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_checkpoint", "save_checkpoint", "verified_bytes"]

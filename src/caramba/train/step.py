@@ -196,11 +196,11 @@ class Trainer:
         return ckpt.save_checkpoint(path, self.runner, names, step=self.step_count, graph_hash=self.graph_hash,
                                     manifest_hash=manifest_hash)
 
-    def load(self, path: "str | Path", *, check_graph: bool = True) -> ckpt.Checkpoint:
+    def load(self, path: "str | Path", *, check_graph: bool = True, sha256: str | None = None) -> ckpt.Checkpoint:
         """Upload a checkpoint into this runner's state (refuses one from another graph unless
-        ``check_graph=False``)."""
+        ``check_graph=False``, and one whose bytes do not hash to ``sha256`` when given)."""
         return ckpt.load_checkpoint(path, self.runner, expect_graph_hash=self.graph_hash if check_graph else None,
-                                    expect=self.train_step.graph.state)
+                                    expect=self.train_step.graph.state, sha256=sha256)
 
 
 __all__ = ["TrainStep", "Trainer"]

@@ -60,8 +60,10 @@ def test_actor_run_is_verified_committed_and_its_evidence_is_readable(client, st
     run = _wait(lambda: (x := client.get(f"/api/v1/runs/{run_id}").json())["status"] in DONE and x, "the run")
     assert run["status"] == "finished", run
     assert run["summary"]["verdict"] == "verified" and run["summary"]["model_version"] == 1
-    pts = client.get(f"/api/v1/runs/{run_id}/metrics?name=loss").json()["points"]
+    pts = client.get(f"/api/v1/runs/{run_id}/metrics?name=loss&split=train").json()["points"]
     assert [p["step"] for p in pts] == list(range(1, 13))  # the ledger's per-step metrics, in the run store
+    evals = [p for p in client.get(f"/api/v1/runs/{run_id}/metrics?name=loss").json()["points"] if p["split"] != "train"]
+    assert evals and {p["step"] for p in evals} == {12}  # the final evaluation, as on every run
 
     ev = client.get(f"/api/v1/runs/{run_id}/evidence").json()
     kinds = [e["kind"] for e in ev["entries"]]
