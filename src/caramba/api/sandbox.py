@@ -97,11 +97,24 @@ def plan_job(path: str, overrides: list[str], targets: list[str], run_ids: list[
 JOBS = {"validate": validate_job, "graph": graph_job, "plan": plan_job}
 
 
-def _serve(request: dict[str, Any]) -> dict[str, Any]:
+def _cpu_budget(seconds: float) -> None:
+    """Let the coming job use at most ``seconds`` more CPU time, then SIGXCPU ends the worker:
+    the parent kills a late worker, but a worker whose parent died must not spin on alone (a
+    job that holds the interpreter lock never sees its stdin close)."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(use.ru_utime + use.ru_stime + seconds) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+
+
+def _serve(request: dict[str, Any], timeout_s: float = 0.0) -> dict[str, Any]:
     """One job in the worker; every outcome is a JSON-able answer."""
     from caramba.api.staging import relocate
     from caramba.data.sources import data_roots
 
+    if timeout_s > 0 and sys.platform.startswith("linux"):
+        _cpu_budget(timeout_s)
     try:
         with data_roots(request["roots"]):
             return {"ok": JOBS[request["job"]](**request["args"])}
@@ -137,8 +150,10 @@ def _address_space() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """The worker: import, cap the address space, then answer one JSON line per job line."""
+    """The worker: import, cap the address space, then answer one JSON line per job line.
+    ``argv``: the memory limit in MiB and the per-job time limit in seconds (0: none)."""
     memory_mb = int(argv[1]) if len(argv) > 1 else 0
+    timeout_s = float(argv[2]) if len(argv) > 2 else 0.0
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print must not corrupt the answers
 
@@ -160,7 +175,7 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     send({"ready": True})
     for line in sys.stdin.buffer:
-        answer = _serve(json.loads(line))
+        answer = _serve(json.loads(line), timeout_s)
         send(answer)
         if "memory" in answer:
             return 0  # a heap that hit its limit is not trusted with another job
@@ -199,9 +214,9 @@ def _worker_env() -> dict[str, str]:
 class _Worker:
     """One worker process and the unread part of its answers."""
 
-    def __init__(self, memory_mb: int) -> None:
+    def __init__(self, memory_mb: int, timeout_s: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "caramba.api.sandbox", str(memory_mb)],
+            [sys.executable, "-m", "caramba.api.sandbox", str(memory_mb), str(timeout_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(), close_fds=True,
             start_new_session=True,  # a terminal's Ctrl-C reaches the server, which kills it
         )
@@ -241,26 +256,47 @@ class Sandbox:
     seconds and ``memory_mb`` MiB over its baseline. After the first job one idle worker is
     kept started, so the next job does not wait for an interpreter."""
 
-    def __init__(self, timeout_s: float = 20.0, memory_mb: int = 2048, workers: int = 2) -> None:
+    def __init__(self, timeout_s: float = 20.0, memory_mb: int = 2048, workers: int = 2, queue: int = 8) -> None:
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
+        self.queue = queue  # requests that may wait for a worker (each holds a server thread)
         self._slots = threading.BoundedSemaphore(workers)
         self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._waiting = 0
+        self._warming = False
         self._lock = threading.Lock()
         self._closed = False
 
     def run(self, job: str, args: dict[str, Any], *, roots: list[str], folder: Path | None = None) -> Any:
-        """The job's answer; its caramba error as ``Answered``; ``ValidationLimit`` past a limit."""
-        if not self._slots.acquire(timeout=self.timeout_s):
+        """The job's answer; its caramba error as ``Answered``; ``ValidationLimit`` past a limit;
+        ``Busy`` when the queue is full or no worker came free within the time limit."""
+        with self._lock:
+            full = self._closed or self._waiting >= self.queue
+            self._waiting += not full
+        if full:
+            raise Busy("the server is checking as many manifests as it queues; retry in a few seconds")
+        try:
+            free = self._slots.acquire(timeout=self.timeout_s)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        if not free:
             raise Busy(f"every validation worker stayed busy for {self.timeout_s:g} s; retry in a few seconds")
         try:
             worker = self._take()
-            worker.send({"job": job, "args": args, "roots": roots, "folder": str(folder) if folder else None})
+            try:
+                worker.send({"job": job, "args": args, "roots": roots, "folder": str(folder) if folder else None})
+            except OSError:  # it died between the check and the job
+                self._retire(worker)
+                raise Busy("the validation worker stopped before it took the job; retry") from None
             t0 = time.monotonic()
             answer = worker.receive(t0 + self.timeout_s)
             if answer is None or "memory" in answer:
                 timed_out = answer is None and worker.proc.poll() is None
-                worker.kill()
+                self._retire(worker)
+                if self._closed:
+                    raise Busy("the server is shutting down")
                 raise self._limit(job, timed_out, time.monotonic() - t0, worker.proc.returncode)
             self._give_back(worker)
             if "error" in answer:
@@ -288,14 +324,14 @@ class Sandbox:
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is not None and worker.proc.poll() is not None:  # died while idle
-            worker.kill()
+            self._retire(worker)
             worker = None
         if worker is None:
-            worker = _Worker(self.memory_mb)
+            worker = self._start()
         if not worker.ready:
             hello = worker.receive(time.monotonic() + STARTUP_S)
             if not hello or not hello.get("ready"):
-                worker.kill()
+                self._retire(worker)
                 raise Busy(f"the validation worker did not start within {STARTUP_S:g} s "
                            f"(exit code {worker.proc.poll()}); the server's log has its error")
             worker.ready = True
@@ -308,22 +344,47 @@ class Sandbox:
             if keep:
                 self._idle.append(worker)
         if not keep:
-            worker.kill()
+            self._retire(worker)
+
+    def _start(self) -> _Worker:
+        worker = _Worker(self.memory_mb, self.timeout_s)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._all.discard(worker)
 
     def _warm(self) -> None:
         """Start the next worker now, so its imports overlap with whatever comes first."""
         with self._lock:
-            if self._closed or self._idle:
+            if self._closed or self._idle or self._warming:
                 return
-            self._idle.append(_Worker(self.memory_mb))
+            self._warming = True
+        try:
+            worker = self._start()
+        finally:
+            with self._lock:
+                self._warming = False
+        with self._lock:
+            keep = not self._closed
+            if keep:
+                self._idle.append(worker)
+        if not keep:
+            self._retire(worker)
 
     def close(self) -> None:
-        """Stop the idle workers; a job in flight finishes (or meets its deadline) first."""
+        """Stop every worker, busy ones too (their requests answer at once that the worker died)."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle, busy = self._idle, [w for w in self._all if w not in self._idle]
+            self._idle = []
+        for worker in busy:
+            worker.proc.kill()  # its request thread reads the end of the pipe and retires it
         for worker in idle:
-            worker.kill()
+            self._retire(worker)
 
 
 if __name__ == "__main__":

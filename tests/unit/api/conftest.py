@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra (fastapi) is not installed")
@@ -44,9 +46,9 @@ def token():
     return API_TOKEN
 
 
-@pytest.fixture
-def live_url(app):
-    """``app`` served by uvicorn on a free 127.0.0.1 port (for real streaming and disconnects)."""
+@contextmanager
+def served(app):
+    """``app`` served by uvicorn on a free 127.0.0.1 port, in a thread; yields its base URL."""
     import socket
     import threading
     import time
@@ -62,7 +64,22 @@ def live_url(app):
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def live_url(app):
+    """``app`` served by uvicorn on a free 127.0.0.1 port (for real streaming and disconnects)."""
+    with served(app) as url:
+        yield url
+
+
+@pytest.fixture
+def serve():
+    """``serve(app)``: a context manager that serves ``app`` on 127.0.0.1 and yields its URL."""
+    return served

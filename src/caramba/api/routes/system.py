@@ -13,8 +13,9 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/health", response_model=Health)
-def health(request: Request) -> Health:
-    """Liveness, version, uptime, and whether a token is configured."""
+async def health(request: Request) -> Health:
+    """Liveness, version, uptime, and whether a token is configured. Answered on the event loop
+    (it never blocks), so it answers while every server thread waits on slow work."""
     from caramba import __version__
 
     state = request.app.state.caramba
