@@ -246,7 +246,7 @@ def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: 
     store.update_config(rec.id, {"ledger_run": rec.id, "executor": "local", "spec": spec.model_dump(mode="json")})
     store.add_artifact(rec.id, "manifest.yml", prep.doc.as_yaml(), kind="manifest")
     progress.start(plan, rec.id, plan.steps)
-    return _drive(spec, store, progress, plan.label)
+    return _drive(spec, store, progress, plan.label, rec.id)
 
 
 def resume_run(ref: str, store: Any = None, progress: Progress | None = None) -> RunResult:
@@ -270,12 +270,12 @@ def resume_run(ref: str, store: Any = None, progress: Progress | None = None) ->
     plan = SimpleNamespace(label=label, backend=rec.backend, arm=rec.arm, target=SimpleNamespace(name=rec.target),
                            run=SimpleNamespace(id=rec.run_name, seed=rec.seed), steps=spec.steps)
     progress.start(plan, rec.id, spec.steps)
-    return _drive(spec, store, progress, label)
+    return _drive(spec, store, progress, label, rec.id)
 
 
-def _drive(spec: Any, store: Any, progress: Progress, label: str) -> RunResult:
+def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -> RunResult:
     """One Experiment actor on the in-process transport, with the Notary, Storage and Model
-    actors of the store, until the run ends."""
+    actors of the store, until the run (``record`` in the run store) ends."""
     from caramba.actors.services import start_services, wait
     from caramba.actors.system import ActorSystem
 
@@ -288,11 +288,11 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str) -> RunResult:
                 "run_store": str(store.root)})
             wait(system, ref, timeout=math.inf)
     except KeyboardInterrupt:
-        store.interrupt(spec.run_id, "interrupted (KeyboardInterrupt); `caramba research resume` continues it")
+        store.interrupt(record, "interrupted (KeyboardInterrupt); `caramba research resume` continues it")
         raise
     finally:
         system.shutdown()
-    rec = store.get(spec.run_id)
+    rec = store.get(record)
     status = rec.status if rec.status in ("finished", "cancelled") else "failed"
     result = RunResult(rec.id, label, status, rec.summary if status == "finished" else {}, rec.error)
     if status == "finished":
