@@ -315,7 +315,7 @@ def _experiment_class() -> Any:
 
 def loss_curve(store: Any, run_id: str, title: str = "", baseline: tuple[str, float] | None = None) -> bytes:
     """The loss curve PNG of a run (train loss per logged step, val/test loss at each evaluation)."""
-    from caramba.manifest.plot import line_chart
+    from caramba.run.plot import line_chart
 
     series = []
     for split in ("train", "val", "test"):

@@ -3,7 +3,7 @@
 from typer.testing import CliRunner
 
 from caramba.cli import app
-from caramba.manifest.plot import read_png_size
+from caramba.run.plot import read_png_size
 
 MANIFEST = """\
 name: tiny

@@ -2,7 +2,7 @@
 
 import pytest
 
-from caramba.manifest.plot import line_chart, read_png_size
+from caramba.run.plot import line_chart, read_png_size
 from caramba.store import RunNotFound, RunStore
 
 
