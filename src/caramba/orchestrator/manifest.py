@@ -24,7 +24,7 @@ def run_specs(
     by label (``target/run``, ``arm/target/run``). Run IDs carry the manifest's content hash, so
     a changed manifest never reuses the ledger history of an old one, and re-running the same
     manifest finds its verified runs instead of training them again."""
-    from caramba.run import plan_runs
+    from caramba.run import plan_runs, run_spec
 
     path = Path(manifest_path).absolute()
     items = list(overrides.items()) if isinstance(overrides, Mapping) else None
@@ -39,12 +39,8 @@ def run_specs(
             raise ConfigError(f"run '{p.label}' is an eval run; cluster runs train (evaluate with `caramba research run`)")
         m = p.prep.manifest
         run_id = re.sub(r"[^A-Za-z0-9._\-=+@:,/]", "-", f"{m.name}-{p.prep.sha256[:10]}/{p.label}")
-        specs.append(RunSpec(
-            run_id=run_id, driver="manifest", seed=p.run.seed, steps=p.steps,
-            checkpoint_every=m.checkpoints.every, model=m.name, manifest_hash=p.prep.sha256,
-            config={"manifest": str(path), "overrides": ov, "target": p.target.name, "run": p.run.id, "arm": p.arm,
-                    "backend": p.backend, "experiment": m.name},
-        ))
+        spec = run_spec(p, run_id, None)  # the same spec a local run gets, plus the model to commit to
+        specs.append(spec.model_copy(update={"model": m.name, "config": {**spec.config, "manifest": str(path)}}))
     if wanted is not None:
         found = {s.config["run"] for s in specs} | {s.run_id.split("/", 1)[1] for s in specs}
         missing = sorted(w for w in wanted if w not in found)

@@ -99,7 +99,11 @@ def _owner_alive(owner: str, heartbeat: float | None, now: float) -> bool:
             return False
         except PermissionError:
             return True
-        return True
+        try:  # killed but not yet reaped (its parent died too) is dead as well
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state not in ("Z", "X")
     return heartbeat is not None and now - heartbeat < STALE_HEARTBEAT_S
 
 
