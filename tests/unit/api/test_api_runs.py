@@ -205,3 +205,22 @@ def test_run_graph_is_compiled_from_the_recorded_manifest(client, runs):
     assert "fc" in body["before"]["text"]
     bare = runs.create_run("bare")
     assert client.get(f"/api/v1/runs/{bare.id}/graph").status_code == 404
+
+
+def test_a_run_whose_process_died_is_interrupted_and_its_stream_ends(client, runs):
+    """A run killed with SIGKILL stays "running" in the store; its owner process is gone, so it
+    reads as interrupted and the stream ends instead of waiting forever."""
+    import socket
+    import subprocess
+    import sys
+
+    rec = runs.create_run("exp-a", target="cpu", run_name="seed0", backend="cpu", steps=100)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    runs.start(rec.id, owner=f"{socket.gethostname()}:{gone.pid}")
+    runs.log_metrics(rec.id, 1, {"loss": 1.0})
+    assert client.get(f"/api/v1/runs/{rec.id}").json()["status"] == "interrupted"
+    events = parse_sse(client.get(f"/api/v1/runs/{rec.id}/metrics/stream").text)
+    assert events[0]["data"]["status"] == "interrupted" and events[-1]["event"] == "end"
+    assert [p["step"] for e in events if e["event"] == "metrics" for p in e["data"]] == [1]
+    assert client.get("/api/v1/runs?status=interrupted").json()["items"][0]["id"] == rec.id
