@@ -550,11 +550,11 @@ class Ledger:
         if genesis is None:
             self.append_own("event", "genesis", {"public_key": ident.public_key, "format": FORMAT})
             return
-        g, bad = _parse_row(genesis)
-        if bad or g.public_key != ident.public_key or g.payload.get("public_key") != ident.public_key:
+        g, _ = _parse_row(genesis)
+        if g.public_key != ident.public_key:  # a damaged genesis row with this key opens: verify names it
             raise LedgerError(
-                f"ledger {self.path} was created by Notary key {g.public_key[:16]}…, "
-                f"not this Notary's key {ident.public_key[:16]}…" + (f" (its genesis row is damaged: {'; '.join(bad)})" if bad else ""),
+                f"ledger {self.path} was created by Notary key {g.public_key[:16]}… (genesis #0), "
+                f"not this Notary's key {ident.public_key[:16]}…",
                 hint="open it with the Notary's own key file (notary.key next to the ledger)",
             )
 
@@ -774,7 +774,8 @@ class Ledger:
                 if digest in seen:
                     p.append(f"replay: the same signed {e.kind} by key {e.public_key[:12]}… is already recorded as #{seen[digest]}")
                 seen.setdefault(digest, e.seq)
-            if i == 0 and (e.public_key != self.identity.public_key or e.name != "genesis"):
+            if i == 0 and (e.public_key != self.identity.public_key or e.name != "genesis"
+                           or e.payload.get("public_key") != self.identity.public_key):
                 p.append("genesis is not signed by this Notary's pinned key")
             if p:
                 problems[i] = p
@@ -978,14 +979,31 @@ class Ledger:
 
     # ---- the whole ledger: integrity, tree heads -------------------------------------------------
     def _database_problems(self) -> list[str]:
-        """What SQLite's own integrity check says about the file ([] when it says ok)."""
+        """What is wrong with the file as a database: SQLite's own integrity check, and any
+        difference from the schema the Notary creates (a dropped trigger, an edited table)."""
+        where = f"ledger file {self.path}"
         try:
             found = [r[0] for r in self._rows("PRAGMA integrity_check(20)")]
+            with self._lock:
+                self._db.text_factory = bytes  # an edited schema need not even be UTF-8
+                try:
+                    schema = self._rows("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")
+                finally:
+                    self._db.text_factory = str
         except CorruptLedger as exc:
             return [exc.message]
-        if found == ["ok"]:
-            return []
-        return [f"ledger file {self.path}: PRAGMA integrity_check: {line}" for line in found]
+        problems = [] if found == ["ok"] else [f"{where}: PRAGMA integrity_check: {line}" for line in found]
+        have = {r[1]: r for r in schema}
+        want = {r[1]: r for r in _expected_schema()}
+        for name in sorted(have.keys() | want.keys()):
+            label = name.decode(errors="replace")
+            if name not in have:
+                problems.append(f"{where}: schema: {want[name][0].decode()} {label} is missing")
+            elif name not in want:
+                problems.append(f"{where}: schema: unexpected {have[name][0].decode(errors='replace')} {label}")
+            elif have[name] != want[name]:
+                problems.append(f"{where}: schema: {label} was changed")
+        return problems
 
     def _integrity(self, snap: _Snapshot, artifacts: ArtifactChecker | None, *, judged: bool) -> list[Reason]:
         """Per-entry integrity problems (``judged``: also dependencies and artifacts)."""
@@ -1066,6 +1084,22 @@ class Ledger:
                 return e, skipped
             skipped.append(v)
         return None, skipped
+
+
+def _expected_schema() -> list[tuple]:
+    """``sqlite_master`` as the Notary creates it (as bytes, like the file is read)."""
+    global _SCHEMA_ROWS
+    if _SCHEMA_ROWS is None:
+        db = sqlite3.connect(":memory:")
+        db.text_factory = bytes
+        for stmt in _SCHEMA:
+            db.execute(stmt)
+        _SCHEMA_ROWS = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall()
+        db.close()
+    return _SCHEMA_ROWS
+
+
+_SCHEMA_ROWS: list[tuple] | None = None
 
 
 def _reason(e: Entry, problem: str, *, malformed: bool = False) -> Reason:

@@ -2,7 +2,8 @@
 
 Read through the Notary and Model actors (the only judges of validity): entries as recorded,
 the verdict on one entry (VERIFIED / VOIDED with its reason chain / UNKNOWN), the audit behind
-a verdict, the integrity of the whole ledger, and models with their versions.
+a verdict, the integrity of the whole ledger, its signed tree head (keep it, and check later
+with ``caramba notary verify --against``), and models with their versions.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from caramba.api.errors import NotFound
+from caramba.api.errors import Conflict, NotFound
 from caramba.api.schemas import ERRORS, Page
 
 router = APIRouter(tags=["notary"])
@@ -50,7 +51,8 @@ def entries(
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
-    """Ledger entries as recorded (not judged), oldest first."""
+    """Ledger entries as recorded (not judged), oldest first. Rows that cannot be read are
+    skipped here (``caramba notary verify`` and ``/notary/verify`` name them)."""
     from caramba.actors.notary import Query as NotaryQuery
 
     host = _host(request)
@@ -111,6 +113,24 @@ def verify(request: Request) -> dict[str, Any]:
     if not host.has_ledger():
         return {"ok": True, "entries": 0, "head": "", "problems": []}
     return host.notary(VerifyLedger()).model_dump(mode="json")
+
+
+@router.get("/notary/head", response_model=dict[str, Any], responses=ERRORS)
+def head(request: Request) -> dict[str, Any]:
+    """The ledger's signed tree head: the RFC 6962 Merkle root over its entries, their number
+    and the Notary's signature. A client that keeps it can later prove the ledger was neither
+    truncated nor rewritten (``caramba notary verify --against HEAD``). 409 when the ledger
+    does not verify: the Notary signs no head for a damaged history."""
+    from caramba.actors.ledger import LedgerError
+    from caramba.actors.notary import TreeHeadOf
+
+    host = _host(request)
+    if not host.has_ledger():
+        raise NotFound("no tree head: the ledger is empty (nothing has been recorded yet)")
+    try:
+        return host.notary(TreeHeadOf()).model_dump(mode="json")
+    except LedgerError as exc:
+        raise Conflict(exc.message, hint=exc.hint) from None
 
 
 # ---- models ---------------------------------------------------------------------------------------
