@@ -272,7 +272,7 @@ class Sandbox:
         """The job's answer; its caramba error as ``Answered``; ``ValidationLimit`` past a limit;
         ``Busy`` when the queue is full or no worker came free within the time limit."""
         with self._lock:
-            full = self._closed or self._waiting >= self.queue
+            full = self._waiting >= self.queue
             self._waiting += not full
         if full:
             raise Busy("the server is checking as many manifests as it queues; retry in a few seconds")
@@ -295,7 +295,7 @@ class Sandbox:
             if answer is None or "memory" in answer:
                 timed_out = answer is None and worker.proc.poll() is None
                 self._retire(worker)
-                if self._closed:
+                if self._closed and not timed_out:
                     raise Busy("the server is shutting down")
                 raise self._limit(job, timed_out, time.monotonic() - t0, worker.proc.returncode)
             self._give_back(worker)
@@ -376,7 +376,8 @@ class Sandbox:
             self._retire(worker)
 
     def close(self) -> None:
-        """Stop every worker, busy ones too (their requests answer at once that the worker died)."""
+        """Stop every worker, busy ones too (their requests answer at once that the server is
+        shutting down). A job that comes later still runs, in a worker of its own that is not kept."""
         with self._lock:
             self._closed = True
             idle, busy = self._idle, [w for w in self._all if w not in self._idle]
