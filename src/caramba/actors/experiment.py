@@ -601,7 +601,7 @@ class Experiment(Actor):
         if self.record is None:
             group, _, name = spec.run_id.partition("/")
             name = name or spec.run_id
-            old = [r for r in store.list(1000, group_id=group) if r.run_name == name and r.config.get("ledger_run") == spec.run_id]
+            old = [r for r in store.list(1000, group_id=group) if r.config.get("ledger_run") == spec.run_id]
             if old:  # a resumed run continues its record
                 self.record = old[0].id
         if self.record is None:
@@ -610,7 +610,7 @@ class Experiment(Actor):
             cfg = spec.config
             rec = store.create_run(
                 str(cfg.get("experiment") or group.split("-")[0] or spec.run_id), group_id=group, arm=str(cfg.get("arm", "")),
-                target=str(cfg.get("target", "")), run_name=name, seed=spec.seed, backend=str(cfg.get("backend", "cpu")),
+                target=str(cfg.get("target", "")), run_name=str(cfg.get("run") or name), seed=spec.seed, backend=str(cfg.get("backend", "cpu")),
                 steps=spec.steps, manifest_path=str(cfg.get("manifest", "")), manifest_sha256=spec.manifest_hash or "",
                 config={"ledger_run": spec.run_id, "spec": spec.model_dump(mode="json"), "intent": self.intent.hash if self.intent else None},
             )

@@ -69,8 +69,9 @@ def test_a_manifest_sweep_on_the_cluster(manifest, tmp_path):
     # the runs are in the run store too, as `caramba research status` shows them
     store = RunStore(tmp_path / "runs")
     recs = sorted(store.list(), key=lambda r: r.run_name)
-    assert [(r.experiment, r.run_name, r.status, r.step) for r in recs] == [
-        ("blobs", "cpu/s0", "finished", 30), ("blobs", "cpu/s1", "finished", 30)]
+    # recorded like a local run: the run ID as its name, the target in its own column
+    assert [(r.experiment, r.target, r.run_name, r.status, r.step) for r in recs] == [
+        ("blobs", "cpu", "s0", "finished", 30), ("blobs", "cpu", "s1", "finished", 30)]
     steps, losses = store.series(recs[0].id, "loss", "train")
     assert steps == list(range(1, 31)) and losses[-1] < losses[0] and recs[0].summary["verdict"] == "verified"
     assert recs[0].summary["test.accuracy"] == metrics["test.accuracy"] or recs[1].summary["test.accuracy"] == metrics["test.accuracy"]

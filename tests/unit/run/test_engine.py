@@ -1,0 +1,104 @@
+"""One run engine: local runs go through the Experiment actor and the Notary like cluster runs,
+and both transports train the same run to the same bits."""
+
+import pytest
+from typer.testing import CliRunner
+
+from caramba.actors.notary import Query
+from caramba.cli import app
+from caramba.run import Progress, ledger_root, resume_run, run_experiment
+from caramba.store import RunStore
+from caramba.train import read_checkpoint
+
+MANIFEST = """\
+name: engine
+topology:
+  inputs:
+    x: {shape: [batch, 2]}
+    label: {shape: [batch], dtype: int64}
+  nodes:
+    - {id: mlp, op: model.mlp_classifier, in: [x], config: {classes: 3, hidden: 8}}
+    - {id: loss, op: loss.cross_entropy, in: [mlp, label]}
+    - {id: accuracy, op: metric.accuracy, in: [mlp, label]}
+datasets:
+  blobs: {source: generated, kind: blobs, n: 200, classes: 3, split: {train: 0.6, val: 0.2, test: 0.2}, feed: {label: y}}
+trainer: {loss: loss, lr: 0.05, batch_size: 16, steps: 40, log_every: 5, checkpoint_every: 10, eval_every: 20}
+metrics: [loss, accuracy]
+targets:
+  - name: cpu
+    backend: cpu
+    runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]
+"""
+
+
+def _final(store: RunStore, run_id: str) -> dict[str, bytes]:
+    a = store.artifacts(run_id, "checkpoint")[-1]
+    tensors, _ = read_checkpoint(a.path, a.sha256)
+    return {k: v.tobytes() for k, v in tensors.items()}
+
+
+def test_every_local_run_is_recorded_and_signed_by_the_notary(tmp_path):
+    store = RunStore(tmp_path / "store")
+    result = run_experiment(MANIFEST, store=store)
+    assert result.ok, [r.error for r in result.runs]
+    from caramba.actors.services import start_services
+    from caramba.actors.system import ActorSystem
+
+    with ActorSystem("local") as system:
+        start_services(system, ledger_root(store))
+        notary = system.lookup("notary")
+        for r in result.runs:
+            rec = store.get(r.run_id)
+            assert rec.summary["verdict"] == "verified" and rec.config["ledger_run"] == rec.id
+            intents = notary.ask(Query(subject=rec.id, kind="intent")).entries
+            claims = notary.ask(Query(subject=rec.id, kind="claim", name="final")).entries
+            progress = notary.ask(Query(subject=rec.id, kind="event", name="progress")).entries
+            assert len(intents) == 1 and len(claims) == 1 and [e.payload["step"] for e in progress] == [10, 20, 30, 40]
+            assert claims[0].hash == rec.summary["claim"]
+            assert claims[0].payload["metrics"]["test.loss"] == rec.summary["test.loss"]
+    res = CliRunner().invoke(app, ["notary", "verify", "--store", str(store.root)])
+    assert res.exit_code == 0, res.output
+
+
+def test_local_and_cluster_transports_train_the_same_bits(tmp_path):
+    from caramba.orchestrator.run import run_cluster
+
+    path = tmp_path / "engine.yml"
+    path.write_text(MANIFEST)
+    local = RunStore(tmp_path / "local")
+    mine = {r.label: r.run_id for r in run_experiment(path, store=local).runs}
+    cluster = RunStore(tmp_path / "cluster")
+    report = run_cluster(path, cluster="local", workers=1, run_store=str(cluster.root), root=str(ledger_root(cluster)))
+    assert report.ok, report.as_text()
+    theirs = {f"{r.target}/{r.run_name}": r.id for r in cluster.list(10)}
+    assert sorted(mine) == sorted(theirs)
+    for label in mine:
+        assert _final(local, mine[label]) == _final(cluster, theirs[label]), label
+        drop = ("samples_per_s",)
+        a = [(s, sp, n, v) for s, sp, n, v in local.metrics(mine[label]) if n not in drop]
+        b = [(s, sp, n, v) for s, sp, n, v in cluster.metrics(theirs[label]) if n not in drop]
+        assert a == b, label
+
+
+class _CtrlC(Progress):
+    """A user pressing Ctrl-C at step 25."""
+
+    def step(self, step, total, values, samples_per_s):
+        if step == 25:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_leaves_a_resumable_run(tmp_path):
+    one = MANIFEST.replace("runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]", "runs: [{id: s0, seed: 0}]")
+    whole = RunStore(tmp_path / "whole")
+    ref = run_experiment(one, store=whole).runs[0]
+    store = RunStore(tmp_path / "store")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(one, store=store, progress=_CtrlC())
+    rec = store.list(1)[0]
+    assert rec.status == "interrupted" and "resume" in rec.error
+    done = resume_run(rec.id, store)
+    assert done.status == "finished", done.error
+    assert _final(store, rec.id) == _final(whole, ref.run_id)
+    steps = [s for s, sp, n, _ in store.metrics(rec.id) if sp == "train" and n == "loss"]
+    assert steps == list(range(1, 41))
