@@ -216,3 +216,76 @@ def test_latest_valid_skips_damaged_checkpoints(world):
     entry, skipped = world.ledger.latest_valid("r1", "checkpoint", kind="artifact", artifacts=world.digest)
     assert entry.hash == world.checkpoints[0].hash
     assert len(skipped) == 1 and "changed" in skipped[0].reasons[-1].problem
+
+
+def test_tree_heads_use_rfc6962_merkle_hashing():
+    """The Certificate Transparency reference vectors (RFC 6962 leaves, roots for sizes 0..8)."""
+    from caramba.actors.ledger import merkle_root
+
+    leaves = [bytes.fromhex(h) for h in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657",
+                                         "606162636465666768696a6b6c6d6e6f")]
+    roots = ["e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+             "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+             "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+             "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+             "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+             "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+             "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+             "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+             "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328"]
+    assert [merkle_root(leaves[:n]) for n in range(9)] == roots
+
+
+def test_tree_heads_are_signed_and_checked(world):
+    from caramba.actors.ledger import TreeHead, TreeHeadError
+
+    head = world.ledger.tree_head()
+    assert head.size == len(world.ledger) and head.signature_ok() and head.notary_key == world.notary.public_key
+    assert TreeHead.load(head.model_dump_json()) == head
+    assert world.ledger.verify(artifacts=world.digest, against=head).ok
+    forged = head.model_copy(update={"size": head.size - 1})
+    report = world.ledger.verify(artifacts=world.digest, against=forged)
+    assert not report.ok and "its signature does not verify" in report.head_problems[0]
+    with pytest.raises(TreeHeadError, match="is not a caramba tree head"):
+        TreeHead.load('{"size": 3}')
+    world.tamper_sql("UPDATE entries SET payload = ? WHERE hash = ?", '{"text":"rewritten"}', world.note.hash)
+    with pytest.raises(LedgerError, match="does not verify, so no tree head is signed"):
+        world.ledger.tree_head()
+
+
+def test_appending_the_same_signed_body_twice_records_it_once(world):
+    body = EntryBody(kind="event", actor=world.exp.name, subject="r1", name="note", payload={"text": "again"})
+    sig = world.exp.sign(body.signed_bytes())
+    first = world.ledger.append(body, world.exp.public_key, sig)
+    n = len(world.ledger)
+    assert world.ledger.append(body, world.exp.public_key, sig) == first and len(world.ledger) == n
+
+
+def test_a_name_is_bound_to_its_first_key(world):
+    from caramba.actors.ledger import IdentityBound
+
+    again = world.ledger.register(world.exp.name, world.exp.public_key, world.exp.sign(registration_bytes(world.exp.name, world.exp.public_key)))
+    assert again.payload["public_key"] == world.exp.public_key  # the same key: the same entry
+    other = Identity.generate(world.exp.name)
+    with pytest.raises(IdentityBound, match="is bound to key"):
+        world.ledger.register(other.name, other.public_key, other.sign(registration_bytes(other.name, other.public_key)))
+    with pytest.raises(IdentityBound, match="the Notary's own name"):
+        world.ledger.register("notary", other.public_key, other.sign(registration_bytes("notary", other.public_key)))
+
+
+def test_a_ledger_of_the_old_format_is_refused_with_what_to_do(tmp_path):
+    db = sqlite3.connect(tmp_path / "ledger.sqlite")
+    db.execute("CREATE TABLE entries (seq INTEGER PRIMARY KEY, hash TEXT NOT NULL UNIQUE)")
+    db.commit()
+    db.close()
+    with pytest.raises(LedgerError, match="is in format 1; this caramba reads format 2") as info:
+        Ledger(tmp_path / "ledger.sqlite", Identity.generate("notary"))
+    assert "rename it" in info.value.hint
+
+
+def test_a_file_that_is_not_a_database_is_named(tmp_path):
+    from caramba.actors.ledger import CorruptLedger
+
+    (tmp_path / "ledger.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(CorruptLedger, match=r"ledger\.sqlite cannot be read by SQLite: file is not a database"):
+        Ledger(tmp_path / "ledger.sqlite", Identity.generate("notary"))

@@ -44,6 +44,7 @@ def _wait(fn, what, timeout=120.0):
 def test_an_empty_ledger_reads_empty_and_starts_nothing(client, store):
     assert client.get("/api/v1/notary/entries").json()["total"] == 0
     assert client.get("/api/v1/notary/verify").json() == {"ok": True, "entries": 0, "head": "", "problems": []}
+    assert client.get("/api/v1/notary/head").status_code == 404
     assert client.get("/api/v1/models").json()["total"] == 0
     assert client.get("/api/v1/notary/validity?entry=%2312").status_code == 404
     assert client.get("/api/v1/notary/validity?entry=nothex").status_code == 422
@@ -76,6 +77,11 @@ def test_actor_run_is_verified_committed_and_its_evidence_is_readable(client, st
     assert v1["verdict"] == "VERIFIED" and v1["run_id"] == run["ledger_run"]
     assert client.get("/api/v1/models/tiny-actors/versions/2").status_code == 404
     assert client.get("/api/v1/notary/verify").json()["ok"] is True
+    head = client.get("/api/v1/notary/head").json()
+    assert head["format"] == "caramba-tree-head/1" and head["size"] >= len(ev["entries"]) and len(head["root"]) == 64
+    from caramba.actors.ledger import TreeHead
+
+    assert TreeHead.model_validate(head).signature_ok()
 
     claim = next(e for e in ev["entries"] if e["kind"] == "claim")
     by_seq = client.get(f"/api/v1/notary/entries/%23{claim['seq']}").json()
@@ -94,6 +100,21 @@ def test_actor_run_is_verified_committed_and_its_evidence_is_readable(client, st
     verdict = client.get("/api/v1/notary/validity", params={"entry": claim["hash"]}).json()
     assert verdict["verdict"] == "VOIDED" and verdict["valid"] is False and verdict["reasons"]
     assert client.get("/api/v1/notary/verify").json()["ok"] is False
+    assert client.get("/api/v1/notary/head").status_code == 200  # an artifact is not the ledger's history
+
+    # edit a row of the ledger behind the Notary's back: no head is signed for a damaged history
+    import sqlite3
+
+    db = sqlite3.connect(next(store.rglob("notary/ledger.sqlite")))  # wherever the server keeps it
+    for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        db.execute(f"DROP TRIGGER {t}")
+    db.execute("UPDATE entries SET name = 'edited' WHERE seq = ?", (claim["seq"],))
+    db.commit()
+    db.close()
+    r = client.get("/api/v1/notary/head")
+    assert r.status_code == 409 and "does not verify" in r.json()["detail"], r.text
+    problems = client.get("/api/v1/notary/verify").json()["problems"]
+    assert any(p["seq"] == claim["seq"] for p in problems)
 
 
 def test_actor_run_pauses_resumes_and_cancels_through_messages(client):
