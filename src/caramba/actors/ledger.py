@@ -608,7 +608,7 @@ class Ledger:
             current = self._binding(actor)
             payload: dict[str, Any] = {"actor": actor, "public_key": public_key, "proof": proof}
             if current is not None:
-                old = current.payload["public_key"] if current.seq else self.identity.public_key
+                old = current.payload["public_key"]  # genesis carries the Notary's
                 if old == public_key:
                     return current
                 if current.seq == 0:
@@ -640,7 +640,7 @@ class Ledger:
             raise LedgerError(f"{body.kind} '{body.name}' from '{body.actor}': signature does not verify")
         with self._lock:
             current = self._binding(body.actor)
-            bound = None if current is None else current.payload["public_key"] if current.seq else self.identity.public_key
+            bound = None if current is None else current.payload["public_key"]
             if bound != public_key:
                 raise LedgerError(
                     f"{body.kind} '{body.name}': key {public_key[:16]}… is not registered for actor '{body.actor}'"
@@ -872,7 +872,7 @@ class Ledger:
         reg = snap.bound(e.actor, e)
         if reg is None:
             return Check(name="identity", ok=False, detail=f"key {e.public_key[:12]}… was not registered for '{e.actor}' before this entry")
-        key = reg.payload.get("public_key") if reg.seq else self.identity.public_key
+        key = reg.payload.get("public_key")
         if key != e.public_key:
             return Check(name="identity", ok=False,
                          detail=f"key {e.public_key[:12]}… is not the key bound to '{e.actor}' at this point ({str(key)[:12]}…, bound in #{reg.seq})")

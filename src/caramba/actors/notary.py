@@ -21,7 +21,6 @@ from caramba.actors.ledger import (
     Audit,
     Entry,
     EntryBody,
-    IdentityBound,
     Ledger,
     LedgerReport,
     Reason,
@@ -175,33 +174,19 @@ class Notary(Actor):
 class Evidence:
     """How an actor emits evidence: signs entries with its identity and appends them.
 
-    The identity is registered with the Notary on first use (with proof of possession). A new
-    incarnation of an actor (restarted, or respawned elsewhere) has a new key, and a name is
-    bound to its first key: the new incarnation then registers and signs as
-    ``incarnation_name(name, key)``, so its entries never pass for its predecessor's."""
+    The identity is registered with the Notary on first use (with proof of possession). Each
+    incarnation of an actor has its own key and name (``Actor.identity``), so a restarted actor
+    never needs its predecessor's name: that stays bound to the predecessor's key."""
 
     def __init__(self, actor: Actor, notary: str = "notary", **procedure_extra: Any) -> None:
         self.actor = actor
         self.notary = notary
         self.procedure = procedure(**procedure_extra)
-        self.name: str | None = None  # the name this incarnation signs as, once registered
+        self._registered = False
 
     @property
     def ref(self):
         return self.actor.context.lookup(self.notary)
-
-    def _register(self, notary: Any) -> str:
-        ident = self.actor.identity
-
-        def register(name: str) -> str:
-            proof = ident.sign(registration_bytes(name, ident.public_key))
-            notary.ask(RegisterIdentity(actor=name, public_key=ident.public_key, proof=proof))
-            return name
-
-        try:
-            return register(ident.name)
-        except IdentityBound:
-            return register(incarnation_name(ident.name, ident.public_key))
 
     def emit(
         self,
@@ -214,22 +199,21 @@ class Evidence:
     ) -> Entry:
         ident = self.actor.identity
         notary = self.ref
-        if self.name is None:
-            self.name = self._register(notary)
+        if not self._registered:
+            notary.ask(RegisterIdentity(
+                actor=ident.name, public_key=ident.public_key,
+                proof=ident.sign(registration_bytes(ident.name, ident.public_key)),
+            ))
+            self._registered = True
         body = EntryBody(
             kind=kind,  # type: ignore[arg-type]
-            actor=self.name, subject=subject, name=name, payload=payload or {},
+            actor=ident.name, subject=subject, name=name, payload=payload or {},
             depends_on=list(depends_on), procedure=self.procedure,
         )
         return notary.ask(Append(body=body, public_key=ident.public_key, signature=ident.sign(body.signed_bytes())))
 
     def validity(self, entry: str) -> Validity:
         return self.ref.ask(ValidityOf(entry=entry))
-
-
-def incarnation_name(name: str, public_key: str) -> str:
-    """The name a later incarnation of actor ``name`` signs as: its own, not its predecessor's."""
-    return f"{name}~{public_key[:12]}"
 
 
 def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> LedgerReport:

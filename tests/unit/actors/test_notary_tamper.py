@@ -14,13 +14,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from caramba.actors import ActorSystem
+from caramba.actors import Actor, ActorSystem, Message, handler
 from caramba.actors.experiment import RunSpec
 from caramba.actors.identity import Identity, registration_bytes, rotation_bytes
-from caramba.actors.ledger import EntryBody, IdentityBound, Ledger, LedgerError, MalformedEntry, TreeHead, row_hash
+from caramba.actors.ledger import (
+    Entry,
+    EntryBody,
+    IdentityBound,
+    Ledger,
+    LedgerError,
+    MalformedEntry,
+    TreeHead,
+    row_hash,
+)
 from caramba.actors.notary import (
     Append,
     AuditOf,
+    Evidence,
     LatestValid,
     Query,
     RegisterIdentity,
@@ -450,6 +460,35 @@ def test_a_legitimate_key_rotation_verifies(tpl, case):
                              "signature": old.sign(body.model_copy(update={"name": "late"}).signed_bytes()),
                              "receipt": old.sign(b"x")})
     detected(case, None, names(seq), "is not the key bound to 'auditor' at this point")
+
+
+class Write(Message):
+    name: str
+
+
+class Writer(Actor):
+    """Signs an event through ``Evidence``, as the Experiment actor does."""
+
+    def started(self):
+        self.evidence = Evidence(self)
+
+    @handler
+    def write(self, msg: Write) -> Entry:
+        return self.evidence.emit("event", msg.name, subject="w")
+
+
+def test_a_new_incarnation_of_an_actor_signs_under_its_own_name(tmp_path):
+    """A respawned actor has a new key and a new incarnation name; the old name stays bound to
+    the old key, and both incarnations' evidence verifies."""
+    with ActorSystem() as system:
+        start_services(system, tmp_path)
+        first = system.spawn(Writer, "writer").ask(Write(name="a"))
+        system.stop("writer")
+        second = system.spawn(Writer, "writer").ask(Write(name="b"))
+        assert first.actor.startswith("writer#") and second.actor.startswith("writer#") and first.actor != second.actor
+        notary = system.lookup("notary")
+        assert notary.ask(ValidityOf(entry=first.hash)).valid and notary.ask(ValidityOf(entry=second.hash)).valid
+    assert verify_ledger(tmp_path).ok
 
 
 # ---- the command line ----------------------------------------------------------------------------
