@@ -406,6 +406,11 @@ def _parse_row(row: tuple) -> tuple[Entry, list[str]]:
 
     def text(col: str, v: Any) -> str:
         if isinstance(v, str):
+            try:
+                v.encode()
+            except UnicodeEncodeError:  # bytes that are not UTF-8 (see ``_text``)
+                bad.append(f"{col} is not UTF-8 text")
+                return v.encode(errors="surrogateescape").decode(errors="replace")
             return v
         bad.append(f"{col} is {_show(v)}, not text")
         return "" if v is None else str(v)
@@ -454,6 +459,12 @@ def _parse_row(row: tuple) -> tuple[Entry, list[str]]:
         receipt=hexa("receipt", receipt, 128),
     )
     return entry, bad
+
+
+def _text(raw: bytes) -> str:
+    """How the ledger reads TEXT: bytes that are not UTF-8 are kept (as surrogates) for
+    ``_parse_row`` to name the row, instead of failing the whole read."""
+    return raw.decode(errors="surrogateescape")
 
 
 def _strict(row: tuple) -> Entry:
@@ -506,6 +517,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._sig_cache: dict[tuple[str, str, str], bool] = {}
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.text_factory = _text
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._open()
@@ -989,7 +1001,7 @@ class Ledger:
                 try:
                     schema = self._rows("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")
                 finally:
-                    self._db.text_factory = str
+                    self._db.text_factory = _text
         except CorruptLedger as exc:
             return [exc.message]
         problems = [] if found == ["ok"] else [f"{where}: PRAGMA integrity_check: {line}" for line in found]

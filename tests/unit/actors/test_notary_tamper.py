@@ -379,21 +379,22 @@ def test_a_forged_identity_row_is_detected(tpl, case):
 
 
 # ---- malformed rows: reported by row, never a crash, never VALID ---------------------------------
-MALFORMED = {
-    "kind": ("kind", "clam", "kind 'clam' is not one of intent, event, claim, artifact"),
-    "json": ("payload", '{"step": 10, "metr', "payload is not JSON"),
-    "type": ("payload", "[1, 2]", "payload is a JSON list, not a JSON object"),
-    "time": ("time", "soon", "time is 'soon', not a finite number"),
-    "blob": ("name", b"\x00\x01", "name is a 2-byte BLOB, not text"),
-    "hex": ("signature", "zz" * 64, "signature 'zzz"),
-    "deps": ("depends_on", '["not a hash"]', "depends_on holds something other than entry hashes"),
+MALFORMED = {  # column, SQL value, what the report says
+    "kind": ("kind", "?", "clam", "kind 'clam' is not one of intent, event, claim, artifact"),
+    "json": ("payload", "?", '{"step": 10, "metr', "payload is not JSON"),
+    "type": ("payload", "?", "[1, 2]", "payload is a JSON list, not a JSON object"),
+    "time": ("time", "?", "soon", "time is 'soon', not a finite number"),
+    "blob": ("name", "?", b"\x00\x01", "name is a 2-byte BLOB, not text"),
+    "utf8": ("kind", "CAST(? AS TEXT)", b"cl\xffim", "kind is not UTF-8 text"),
+    "hex": ("signature", "?", "zz" * 64, "signature 'zzz"),
+    "deps": ("depends_on", "?", '["not a hash"]', "depends_on holds something other than entry hashes"),
 }
 
 
 @pytest.mark.parametrize("what", sorted(MALFORMED))
 def test_a_malformed_row_is_named_in_verify_and_queries_do_not_crash(tpl, case, what):
-    col, value, message = MALFORMED[what]
-    tamper(case, (f"UPDATE entries SET {col} = ? WHERE seq = 4", value))
+    col, expr, value, message = MALFORMED[what]
+    tamper(case, (f"UPDATE entries SET {col} = {expr} WHERE seq = 4", value))
     detected(case, None, r"row 4: " + ".*" + re.escape(message))
     later = tpl.claim
     with ActorSystem() as system:
