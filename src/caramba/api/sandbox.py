@@ -257,6 +257,11 @@ class Sandbox:
     kept started, so the next job does not wait for an interpreter."""
 
     def __init__(self, timeout_s: float = 20.0, memory_mb: int = 2048, workers: int = 2, queue: int = 8) -> None:
+        from caramba.errors import ConfigError
+
+        if not timeout_s > 0 or memory_mb < 0 or workers < 1 or queue < 0:
+            raise ConfigError(f"serve_validate_timeout_s must be > 0 and serve_validate_memory_mb >= 0 (0: no "
+                              f"limit); got {timeout_s!r} and {memory_mb!r}")
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.queue = queue  # requests that may wait for a worker (each holds a server thread)

@@ -340,6 +340,11 @@ def test_lone_surrogates_are_422(hardened, path, body):
     assert hardened.get("/api/v1/runs").json()["total"] == 0
 
 
+def test_a_backend_option_a_library_refuses_is_422(hardened):
+    r = hardened.post("/api/v1/compile", json={"manifest": manifest(), "backend": "cpu:threads=99999999999999999999"})
+    assert r.status_code == 422 and "could not be set up with these options" in r.json()["detail"], r.text
+
+
 def test_a_stray_value_error_is_422_without_its_text(app_with):
     from fastapi.testclient import TestClient
 

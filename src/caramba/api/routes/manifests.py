@@ -79,10 +79,18 @@ def _graph_of(body: CompileIn, request: Request) -> Any:
 
 def explain(graph: Any, backend: str, disable: list[str] = (), with_svg: bool = True) -> dict[str, Any]:
     """Run the pipeline for ``backend`` on ``graph``: the stages and the graph before and after."""
+    from contextlib import ExitStack
+    from ctypes import ArgumentError
+
     from caramba.compiler import compile_graph
     from caramba.compute import new
 
-    with new(backend) as runner:
+    with ExitStack() as stack:
+        try:
+            runner = stack.enter_context(new(backend))
+        except (ArithmeticError, ArgumentError, TypeError, ValueError) as exc:  # an option a library refused
+            raise ConfigError(f"backend {backend!r} could not be set up with these options ({type(exc).__name__})",
+                              hint="GET /api/v1/backends/{name} lists each option with its kind") from None
         after, report = compile_graph(graph, runner, disable=list(disable))
     stages = [
         StageOut(
