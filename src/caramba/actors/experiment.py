@@ -581,9 +581,11 @@ class Experiment(Actor):
     def _runs(self):
         if self.run_store_root is None:
             return None
-        from caramba.store.runs import RunStore
+        if getattr(self, "_run_store", None) is None:  # opened once: opening checks the schema
+            from caramba.store.runs import RunStore
 
-        return RunStore(self.run_store_root)
+            self._run_store = RunStore(self.run_store_root)
+        return self._run_store
 
     def _store_begin(self, resumed_step: int) -> None:
         """Open (or, for a resumed run, reopen) the run's record: running in this process, and

@@ -202,6 +202,9 @@ class RunStore:
             raise _unusable(self.db_path, exc) from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a commit survives a killed process (what resume relies on) without an
+            # fsync per metric row; only a power loss can lose the newest commits
+            db.execute("PRAGMA synchronous=NORMAL")
             db.row_factory = sqlite3.Row
             yield db
             db.commit()
