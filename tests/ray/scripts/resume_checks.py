@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(sys.argv[1])
-STEPS = 1500
-MANIFEST = (Path(__file__).resolve().parents[2] / "unit" / "run" / "test_resume.py")
+LOCAL_TEST = Path(__file__).resolve().parents[2] / "unit" / "run" / "test_resume.py"
 
 
-def manifest_text() -> str:
+def _local_test() -> dict:
     ns: dict = {}
-    src = MANIFEST.read_text()
-    start = src.index("STEPS = ")
-    end = src.index('RUN = CliRunner()')
-    exec(src[start:end], ns)  # STEPS and MANIFEST of the local resume test: one experiment for both
-    return ns["MANIFEST"]
+    src = LOCAL_TEST.read_text()
+    exec(src[src.index("STEPS = "):src.index("RUN = CliRunner()")], ns)  # one experiment for both tests
+    return ns
+
+
+STEPS, MANIFEST = _local_test()["STEPS"], _local_test()["MANIFEST"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -67,7 +67,7 @@ def main() -> None:
 
     ROOT.mkdir(parents=True, exist_ok=True)
     path = ROOT / "resumable.yml"
-    path.write_text(manifest_text())
+    path.write_text(MANIFEST)
     t0 = time.time()
     whole = RunStore(ROOT / "whole")
     ref = run_experiment(path, store=whole).runs[0]
@@ -110,7 +110,7 @@ def main() -> None:
     res = resume_run(run_id, store)
     out["resumed"] = {"status": res.status, "error": res.error, "run_id": res.run_id}
     rec = store.get(run_id)
-    out["final_step"], out["verdict"] = rec.step, rec.summary.get("verdict")
+    out["final_step"], out["verdict"], out["steps_total"] = rec.step, rec.summary.get("verdict"), STEPS
 
     def final(s: RunStore, rid: str) -> dict:
         a = s.artifacts(rid, "checkpoint")[-1]

@@ -18,7 +18,7 @@ from caramba.run import resume_run, run_experiment
 from caramba.store import RunStore
 from caramba.train import read_checkpoint
 
-STEPS = 1500
+STEPS = 4000  # long enough (seconds) that the kill lands mid-run on a loaded machine
 MANIFEST = f"""\
 name: resumable
 topology:
