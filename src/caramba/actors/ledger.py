@@ -805,7 +805,8 @@ class Ledger:
             i = snap.at(e)
             if i in malformed:
                 continue
-            if e.kind == "event" and e.name == "identity" and e.actor == self.identity.name and not problems.get(i):
+            if (e.kind == "event" and e.name == "identity" and e.actor == self.identity.name
+                    and e.public_key == self.identity.public_key and not problems.get(i)):
                 problem = self._identity_problem(snap, e)
                 if problem:
                     snap.identity_problems[i] = problem
@@ -822,7 +823,7 @@ class Ledger:
         actor, key, proof = p.get("actor"), p.get("public_key"), p.get("proof")
         if not (isinstance(actor, str) and isinstance(key, str) and isinstance(proof, str)):
             return "identity registration without actor, public_key and proof"
-        if not verify_signature(key, proof, registration_bytes(actor, key)):
+        if not self._cached_verify(key, proof, registration_bytes(actor, key)):
             return f"the proof of possession for key {key[:12]}… does not verify"
         if actor == self.identity.name:
             return f"re-binds the Notary's own name '{actor}'"
@@ -834,7 +835,8 @@ class Ledger:
             return f"registers key {key[:12]}… for '{actor}' again (already bound in #{current.seq})"
         rot = p.get("rotation")
         sig = rot.get("signature") if isinstance(rot, dict) else None
-        if not isinstance(sig, str) or _rotation_signer(sig, actor, old, key, self.operator_key) is None:
+        signed = rotation_bytes(actor, old, key)
+        if not (isinstance(sig, str) and any(self._cached_verify(k, sig, signed) for k in (old, self.operator_key))):
             return (f"re-binds '{actor}' from key {old[:12]}… (bound in #{current.seq}) to key {key[:12]}… "
                     "without a rotation signed by the old key or the operator")
         return None
