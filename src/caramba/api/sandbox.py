@@ -94,7 +94,20 @@ def plan_job(path: str, overrides: list[str], targets: list[str], run_ids: list[
     return {"planned": len(plan_submission(Path(path), overrides, targets, run_ids))}
 
 
+def spin_job(digits: int) -> dict[str, Any]:
+    """Self-test: one long computation in C that holds the interpreter lock (a huge power)."""
+    return {"bits": (3 ** (10 ** digits)).bit_length()}
+
+
+def allocate_job(mib: int) -> dict[str, Any]:
+    """Self-test: allocate ``mib`` MiB."""
+    return {"bytes": len(bytearray(mib << 20))}
+
+
 JOBS = {"validate": validate_job, "graph": graph_job, "plan": plan_job}
+# Jobs that check the limits themselves (tests), known only to workers started with
+# CARAMBA_SANDBOX_SELFTEST=1 in the environment; no route names them in any case.
+SELFTEST_JOBS = {"spin": spin_job, "allocate": allocate_job}
 
 
 def _cpu_budget(seconds: float) -> None:
@@ -163,6 +176,8 @@ def main(argv: list[str]) -> int:
 
     import importlib
 
+    if os.environ.get("CARAMBA_SANDBOX_SELFTEST") == "1":
+        JOBS.update(SELFTEST_JOBS)
     for module in WARM:  # the first job pays no import
         importlib.import_module(module)
     from caramba.manifest.registry import registry
