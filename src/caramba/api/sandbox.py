@@ -118,7 +118,10 @@ def _cpu_budget(seconds: float) -> None:
 
     use = resource.getrusage(resource.RUSAGE_SELF)
     soft = int(use.ru_utime + use.ru_stime + seconds) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _serve(request: dict[str, Any], timeout_s: float = 0.0) -> dict[str, Any]:
