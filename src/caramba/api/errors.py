@@ -62,7 +62,9 @@ def status_of(exc: CarambaError) -> int:
 
     if isinstance(exc, Answered):
         return exc.status
-    if isinstance(exc, Busy):
+    from caramba.store.runs import StoreUnavailable
+
+    if isinstance(exc, Busy | StoreUnavailable):  # the server's trouble, not the request's
         return 503
     if isinstance(exc, NotFound):
         return 404

@@ -124,8 +124,8 @@ def _unusable(where: Path, exc: BaseException) -> StoreUnavailable:
                             "this process can write")
 
 
-# sqlite's words for a store it cannot write, as opposed to a busy or broken one
-_UNWRITABLE = ("readonly", "read-only", "unable to open", "disk i/o error", "permission")
+# sqlite's words for a store it cannot write (or that lost its database), as opposed to a busy one
+_UNWRITABLE = ("readonly", "read-only", "unable to open", "disk i/o error", "permission", "no such table")
 
 
 @dataclass

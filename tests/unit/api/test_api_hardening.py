@@ -444,3 +444,12 @@ def test_selftest_jobs_are_unknown_without_the_setting():
         assert exc.value.status == 422 and "KeyError" in exc.value.body["detail"]
     finally:
         box.close()
+
+
+def test_a_store_removed_under_a_running_server_is_503_not_500(client, store):
+    import shutil
+
+    shutil.rmtree(store)
+    r = client.get("/api/v1/runs")
+    assert r.status_code == 503 and r.json()["type"] == "StoreUnavailable", r.text
+    assert "store setting" in r.json()["detail"].replace("`", "")

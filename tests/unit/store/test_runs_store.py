@@ -100,3 +100,16 @@ def test_run_id_prefixes_are_text_not_like_patterns(tmp_path):
             store.get(ref)
     with pytest.raises(RunNotFound, match="matches several runs"):
         store.get("ab")
+
+
+def test_a_store_removed_while_in_use_is_a_store_error(tmp_path):
+    import shutil
+
+    store = RunStore(tmp_path / "store")
+    store.create_run("exp")
+    shutil.rmtree(tmp_path / "store")
+    with pytest.raises(StoreUnavailable, match="unable to open"):
+        store.list()
+    (tmp_path / "store").mkdir()  # an empty folder where the store was: its database is new and empty
+    with pytest.raises(StoreUnavailable, match="no such table"):
+        store.list()
