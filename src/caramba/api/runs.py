@@ -349,6 +349,30 @@ class RunService:
     def _execute(self, plans: list[Any], group: str, first: threading.Event) -> None:
         from caramba.run import execute
 
+        self._in_slot(group, first, [lambda steer, plan=plan: execute(plan, self.store, steer, group) for plan in plans])
+
+    def _resume(self, rec: Any) -> dict[str, Any]:
+        """Continue an interrupted run in a background thread (``caramba research resume``)."""
+        from caramba.run import resume_run
+
+        if self.closing.is_set():
+            raise Conflict("the server is shutting down")
+        if "spec" not in rec.config:
+            raise Conflict(f"run {rec.id} was recorded before runs became resumable")
+        first = threading.Event()
+        key = f"resume-{rec.id}"
+        thread = threading.Thread(target=self._in_slot, args=(key, first, [lambda steer: resume_run(rec.id, self.store, steer)]),
+                                  name=f"caramba-{key}", daemon=True)
+        with self.lock:
+            if key in self.threads:
+                raise Conflict(f"run {rec.id} is already being resumed")
+            self.threads[key] = thread
+        thread.start()
+        first.wait(timeout=10.0)
+        return self.view(self.store.get(rec.id))
+
+    def _in_slot(self, key: str, first: threading.Event, jobs: list[Callable[[Any], Any]]) -> None:
+        """Run ``jobs`` one after another in a worker slot, each steered by its own _Steer."""
         try:
             if not self._slots.acquire(blocking=False):
                 first.set()  # queued behind other runs: answer the submission now
@@ -356,12 +380,12 @@ class RunService:
                     if self.closing.is_set():
                         return
             try:
-                for plan in plans:
+                for job in jobs:
                     if self.closing.is_set():
                         return
                     steer = _Steer(self, first)
                     try:  # a cancel raises RunCancelled in the run's thread: recorded as cancelled, with its reason
-                        execute(plan, self.store, steer, group)
+                        job(steer)
                     finally:
                         steer.release()
                         first.set()
@@ -370,7 +394,7 @@ class RunService:
         finally:
             first.set()
             with self.lock:
-                self.threads.pop(group, None)
+                self.threads.pop(key, None)
 
     # ---- steering --------------------------------------------------------------------------
     def control(self, run_id: str, verb: str) -> dict[str, Any]:
@@ -378,6 +402,8 @@ class RunService:
         if self._actor_state(rec) is not None:  # an Experiment actor runs it: ask the actor
             self.actors.steer(rec.config["ledger_run"], verb)
             return self.view(self.store.get(rec.id))
+        if verb == "resume" and rec.status == "interrupted":  # its process died: continue it here
+            return self._resume(rec)
         control = self.live.get(rec.id)
         status = self.status_of(rec)
         if control is None or rec.status in TERMINAL:

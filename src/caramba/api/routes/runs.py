@@ -220,7 +220,7 @@ def run_graph(run_id: str, request: Request) -> dict[str, Any]:
 
 for _verb, _doc in (
     ("pause", "Pause a live run after its current step."),
-    ("resume", "Resume a paused run."),
+    ("resume", "Resume a paused run, or continue an interrupted one (its process died) from its newest checkpoint."),
     ("cancel", "Cancel a live run after its current step (a finished run is left as it is)."),
 ):
 

@@ -288,7 +288,7 @@ async function runView(id) {
     const running = r.status === "running";
     head.replaceChildren(badge(r.status), " ", progress(r), " ",
       h("button", { type: "button", id: "pause-button", disabled: !running, onclick: act("pause") }, "Pause"),
-      h("button", { type: "button", id: "resume-button", disabled: r.status !== "paused", onclick: act("resume") },
+      h("button", { type: "button", id: "resume-button", disabled: r.status !== "paused" && r.status !== "interrupted", onclick: act("resume") },
         "Resume"),
       h("button", { type: "button", id: "cancel-button", disabled: !ACTIVE.has(r.status), onclick: act("cancel") },
         "Cancel"),
