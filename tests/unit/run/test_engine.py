@@ -10,25 +10,13 @@ from caramba.run import Progress, ledger_root, resume_run, run_experiment
 from caramba.store import RunStore
 from caramba.train import read_checkpoint
 
-MANIFEST = """\
-name: engine
-topology:
-  inputs:
-    x: {shape: [batch, 2]}
-    label: {shape: [batch], dtype: int64}
-  nodes:
-    - {id: mlp, op: model.mlp_classifier, in: [x], config: {classes: 3, hidden: 8}}
-    - {id: loss, op: loss.cross_entropy, in: [mlp, label]}
-    - {id: accuracy, op: metric.accuracy, in: [mlp, label]}
-datasets:
-  blobs: {source: generated, kind: blobs, n: 200, classes: 3, split: {train: 0.6, val: 0.2, test: 0.2}, feed: {label: y}}
-trainer: {loss: loss, lr: 0.05, batch_size: 16, steps: 40, log_every: 5, checkpoint_every: 10, eval_every: 20}
-metrics: [loss, accuracy]
-targets:
-  - name: cpu
-    backend: cpu
-    runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]
-"""
+TRAINER = "{loss: loss, lr: 0.05, batch_size: 16, steps: 40, log_every: 5, checkpoint_every: 10, eval_every: 20}"
+TWO_RUNS = "{id: s0, seed: 0}, {id: s1, seed: 1}"
+
+
+@pytest.fixture
+def manifest(blobs):
+    return blobs("engine", TRAINER, TWO_RUNS)
 
 
 def _final(store: RunStore, run_id: str) -> dict[str, bytes]:
@@ -37,9 +25,9 @@ def _final(store: RunStore, run_id: str) -> dict[str, bytes]:
     return {k: v.tobytes() for k, v in tensors.items()}
 
 
-def test_every_local_run_is_recorded_and_signed_by_the_notary(tmp_path):
+def test_every_local_run_is_recorded_and_signed_by_the_notary(tmp_path, manifest):
     store = RunStore(tmp_path / "store")
-    result = run_experiment(MANIFEST, store=store)
+    result = run_experiment(manifest, store=store)
     assert result.ok, [r.error for r in result.runs]
     from caramba.actors.services import start_services
     from caramba.actors.system import ActorSystem
@@ -60,11 +48,11 @@ def test_every_local_run_is_recorded_and_signed_by_the_notary(tmp_path):
     assert res.exit_code == 0, res.output
 
 
-def test_local_and_cluster_transports_train_the_same_bits(tmp_path):
+def test_local_and_cluster_transports_train_the_same_bits(tmp_path, manifest):
     from caramba.orchestrator.run import run_cluster
 
     path = tmp_path / "engine.yml"
-    path.write_text(MANIFEST)
+    path.write_text(manifest)
     local = RunStore(tmp_path / "local")
     mine = {r.label: r.run_id for r in run_experiment(path, store=local).runs}
     cluster = RunStore(tmp_path / "cluster")
@@ -88,8 +76,8 @@ class _CtrlC(Progress):
             raise KeyboardInterrupt
 
 
-def test_ctrl_c_leaves_a_resumable_run(tmp_path):
-    one = MANIFEST.replace("runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]", "runs: [{id: s0, seed: 0}]")
+def test_ctrl_c_leaves_a_resumable_run(tmp_path, blobs):
+    one = blobs("engine", TRAINER, "{id: s0, seed: 0}")
     whole = RunStore(tmp_path / "whole")
     ref = run_experiment(one, store=whole).runs[0]
     store = RunStore(tmp_path / "store")
