@@ -216,6 +216,9 @@ class Evidence:
         return self.ref.ask(ValidityOf(entry=entry))
 
 
+NO_LEDGER_HINT = "runs record to the Notary with `caramba research run M.yml` (also with --cluster local|ray) or through `caramba serve`"
+
+
 def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> LedgerReport:
     """``caramba notary verify``: the ledger of the services under ``root`` (``root/notary``),
     checked end to end through a Notary on a local actor system, artifacts re-read through its
@@ -227,8 +230,7 @@ def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> L
     if not path.exists():
         from caramba.errors import ConfigError
 
-        raise ConfigError(f"no ledger at {path}",
-                          hint="runs record to the Notary with `caramba research run M.yml --cluster local|ray` or through `caramba serve`")
+        raise ConfigError(f"no ledger at {path}", hint=NO_LEDGER_HINT)
     system = ActorSystem("local")
     try:
         try:

@@ -22,6 +22,7 @@ AGAINST_HELP = "a tree head kept earlier (a file written by `caramba notary head
 
 def _root(config: str | None, store: str | None) -> Path:
     """The services root whose ``notary/ledger.sqlite`` is the store's ledger."""
+    from caramba.actors.notary import NO_LEDGER_HINT
     from caramba.config import load_settings
     from caramba.errors import ConfigError
 
@@ -29,9 +30,7 @@ def _root(config: str | None, store: str | None) -> Path:
     for root in (base, base / "cluster"):
         if (root / "notary" / "ledger.sqlite").exists():
             return root
-    raise ConfigError(f"no ledger at {base / 'notary' / 'ledger.sqlite'}",
-                      hint="runs record to the Notary with `caramba research run M.yml` (also with --cluster local|ray) "
-                      "or through `caramba serve`")
+    raise ConfigError(f"no ledger at {base / 'notary' / 'ledger.sqlite'}", hint=NO_LEDGER_HINT)
 
 
 @contextmanager
