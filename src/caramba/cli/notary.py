@@ -59,9 +59,11 @@ def register(app: typer.Typer) -> None:
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """Check the whole ledger: the database file, hash chain, receipts, signatures, bound keys,
-        dependencies and artifact bytes; with --against, that no entry the kept head covers was
-        removed or rewritten. Exits 1 and prints each problem (naming the row or the head)."""
+        """Check the whole ledger end to end; exit 1 naming each problem.
+
+        The database file, hash chain, receipts, signatures, bound keys, dependencies and artifact
+        bytes; with --against, also that no entry the kept head covers was removed or rewritten.
+        Each problem names the row, the kept head or the file."""
         from caramba.actors.ledger import TreeHead
         from caramba.actors.notary import verify_ledger
 
@@ -77,9 +79,11 @@ def register(app: typer.Typer) -> None:
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """Print the ledger's signed tree head (Merkle root over the entries, size, Notary
-        signature) as JSON. Keep it somewhere the ledger's writers cannot reach; later,
-        `caramba notary verify --against FILE` proves the ledger still extends it."""
+        """Print the ledger's signed tree head as JSON (--out FILE: also write it).
+
+        The head is the Merkle root over the entries, their number and the Notary's signature.
+        Keep it somewhere the ledger's writers cannot reach; later, `caramba notary verify
+        --against FILE` proves the ledger still extends it."""
         from caramba.actors.notary import TreeHeadOf
 
         with _notary(config, store) as ask:
@@ -96,8 +100,9 @@ def register(app: typer.Typer) -> None:
         store: str = typer.Option(None, "--store", help=STORE_HELP),
         config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     ) -> None:
-        """List ledger entries, oldest first (sequence, hash, kind, actor, subject, name); rows
-        that cannot be read are named at the end."""
+        """List ledger entries, oldest first (sequence, hash, kind, actor, subject, name).
+
+        Rows that cannot be read are named at the end."""
         from caramba.actors.notary import Query
 
         with _notary(config, store) as ask:
