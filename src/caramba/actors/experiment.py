@@ -374,6 +374,9 @@ class Experiment(Actor):
             self.cancel(Cancel(reason=exc.message))
         except CarambaError as exc:
             self._fail(exc)
+        except Exception:  # a bug, or a lost resource: supervision restarts us from the ledger
+            self._keep_traceback()
+            raise
 
     # ---- the run -----------------------------------------------------------------------------------
     def _step(self) -> int:
@@ -537,6 +540,17 @@ class Experiment(Actor):
         self.state = "failed"
         self._close_driver()
         self._report({"state": "failed", "error": self.error}, ok=False)
+
+    def _keep_traceback(self) -> None:
+        """The traceback of a crash, kept with the run (the actor may be restarted, or die)."""
+        import traceback
+
+        store = self._runs()
+        if store is not None and self.record is not None:
+            try:
+                store.add_artifact(self.record, "error.txt", traceback.format_exc(), kind="log")
+            except CarambaError:
+                pass  # the crash is what matters; an unusable store is reported by the caller
 
     def _close_driver(self) -> None:
         if self.driver is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from caramba.errors import ConfigError
+from caramba.errors import CarambaError, ConfigError
 from caramba.manifest.compile import Prepared, prepare
 from caramba.manifest.errors import ManifestError
 from caramba.manifest.schema import Run, Target
@@ -290,6 +290,8 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -
     except KeyboardInterrupt:
         store.interrupt(record, "interrupted (KeyboardInterrupt); `caramba research resume` continues it")
         raise
+    except Exception as exc:  # the services would not start, or the actor died (crashed past its restarts)
+        _record_crash(store, record, exc)
     finally:
         system.shutdown()
     rec = store.get(record)
@@ -299,6 +301,18 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -
         _plots(store, rec.id, rec.experiment, rec.summary)
     progress.end(result)
     return result
+
+
+def _record_crash(store: Any, record: str, exc: Exception) -> None:
+    """A run that ended without recording its outcome is failed, with the reason (and, for a
+    bug, the traceback) kept with it."""
+    import traceback
+
+    if store.get(record).status not in ("created", "running", "interrupted"):
+        return
+    if not isinstance(exc, CarambaError):
+        store.add_artifact(record, "error.txt", "".join(traceback.format_exception(exc)), kind="log")
+    store.finish(record, "failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def ledger_root(store: Any) -> Path:

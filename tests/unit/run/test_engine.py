@@ -90,3 +90,37 @@ def test_ctrl_c_leaves_a_resumable_run(tmp_path, blobs):
     assert _final(store, rec.id) == _final(whole, ref.run_id)
     steps = [s for s, sp, n, _ in store.metrics(rec.id) if sp == "train" and n == "loss"]
     assert steps == list(range(1, 41))
+
+
+def test_a_run_whose_ledger_cannot_be_opened_is_recorded_failed(tmp_path, manifest):
+    """Every run records its outcome: a damaged ledger fails the run, with the reason, and the
+    engine goes on to the next run instead of raising."""
+    store = RunStore(tmp_path / "store")
+    ledger = ledger_root(store) / "notary" / "ledger.sqlite"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_bytes(b"this is not a database" * 100)
+    result = run_experiment(manifest, store=store)
+    assert [r.status for r in result.runs] == ["failed", "failed"]
+    for r in result.runs:
+        rec = store.get(r.run_id)
+        assert rec.status == "failed" and "ledger" in rec.error.lower(), rec.error
+
+
+def test_a_bug_in_a_run_is_recorded_failed_with_its_traceback(tmp_path, blobs, monkeypatch):
+    from caramba.run.driver import ManifestRun
+
+    real = ManifestRun.step
+
+    def buggy(self):
+        if self.steps_done == 2:
+            raise RuntimeError("a bug at step 3")
+        return real(self)
+
+    monkeypatch.setattr(ManifestRun, "step", buggy)
+    store = RunStore(tmp_path / "store")
+    result = run_experiment(blobs("engine", TRAINER, "{id: s0, seed: 0}"), store=store)
+    (r,) = result.runs
+    rec = store.get(r.run_id)
+    assert r.status == rec.status == "failed" and "a bug at step 3" in rec.error
+    log = [a for a in store.artifacts(rec.id) if a.name == "error.txt"]
+    assert log and "RuntimeError: a bug at step 3" in log[0].path.read_text()
