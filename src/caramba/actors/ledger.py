@@ -550,6 +550,9 @@ class Ledger:
                     hint="keep the old file for the record (rename it, e.g. ledger-v1.sqlite, and verify it with "
                     "the caramba that wrote it); the Notary then starts a new ledger",
                 )
+            if not exists and (version or db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]):
+                raise CorruptLedger(f"ledger file {self.path} is a database without the ledger's entries table: it was damaged",
+                                    hint="restore the file from a copy; a new ledger is started only in a new (empty) file")
             if not exists:
                 for stmt in _SCHEMA:
                     db.execute(stmt)

@@ -236,6 +236,11 @@ def test_a_dropped_trigger_is_reported(tpl, case):
     assert not report.problems  # every row is intact
 
 
+def test_a_dropped_table_is_not_taken_for_a_new_ledger(tpl, case):
+    tamper(case, ("DROP TABLE entries",), restore=False)
+    detected(case, None, "without the ledger's entries table", re.escape(str(ledger_file(case))))
+
+
 def test_index_corruption_fails_the_database_integrity_check(tpl, case):
     path = ledger_file(case)
     db = sqlite3.connect(path)
