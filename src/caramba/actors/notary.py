@@ -231,6 +231,9 @@ def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> L
         from caramba.errors import ConfigError
 
         raise ConfigError(f"no ledger at {path}", hint=NO_LEDGER_HINT)
+    if path.stat().st_size == 0:  # the Notary would start a new ledger in it: a wiped one is not "OK"
+        return LedgerReport(ok=False, entries=0, head="", file=str(path), against=against,
+                            database=[f"ledger file {path} is empty (0 bytes): its history was wiped"])
     system = ActorSystem("local")
     try:
         try:

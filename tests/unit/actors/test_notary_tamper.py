@@ -257,12 +257,12 @@ def test_index_corruption_fails_the_database_integrity_check(tpl, case):
     assert report.database and not report.problems
 
 
-@pytest.mark.parametrize("damage", ["header", "truncated", "garbage"])
+@pytest.mark.parametrize("damage", ["header", "truncated", "garbage", "empty"])
 def test_a_file_that_is_not_a_database_is_a_failed_report_naming_it(tpl, case, damage):
     path = ledger_file(case)
     data = path.read_bytes()
     path.write_bytes({"header": b"\x00" * 16 + data[16:], "truncated": data[: len(data) // 2],
-                      "garbage": bytes(range(256)) * 16}[damage])
+                      "garbage": bytes(range(256)) * 16, "empty": b""}[damage])
     detected(case, tpl.head, re.escape(str(path)))
 
 
