@@ -15,9 +15,9 @@ from typing import Any
 
 from caramba.errors import CarambaError, did_you_mean
 from caramba.manifest.errors import ManifestError
-from caramba.manifest.loader import Document, load, load_string
-from caramba.manifest.lower import Lowered, lower_topology
-from caramba.manifest.schema import Manifest, validate
+from caramba.manifest.loader import OVERRIDE_PATH, Document, _flow, load, load_string
+from caramba.manifest.lower import Lowered, check_sizes, lower_topology, origin_error
+from caramba.manifest.schema import MAX_RUNS, Manifest, Target, validate
 
 
 @dataclass
@@ -62,7 +62,7 @@ def load_document(source: str | Path | Document, overrides: Mapping[str, Any] | 
 
 
 def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
-            load_data: bool = True) -> Prepared:
+            load_data: bool = True, _data_cache: dict | None = None) -> Prepared:
     """Load, validate, and bind the data of a manifest (file path, YAML text or Document)."""
     t0 = time.perf_counter()
     doc = load_document(source, overrides)
@@ -74,7 +74,7 @@ def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterab
         prep.dims.setdefault("batch", manifest.trainer.batch_size)
     _check_references(prep)
     if load_data and manifest.datasets:
-        _bind_data(prep)
+        _bind_data(prep, _data_cache)
     prep.seconds = time.perf_counter() - t0
     return prep
 
@@ -107,9 +107,31 @@ def _check_references(prep: Prepared) -> None:
             raise doc.error(("metrics", i), f"metric '{metric}' is not produced by the topology; {did_you_mean(metric, published)}")
     for i, arm in enumerate(m.tuner.arms if m.tuner else ()):
         for key in arm.set:
-            if key.split(".")[0] not in {"variables", *Manifest.model_fields}:
+            if not OVERRIDE_PATH.fullmatch(key) or key.split(".")[0] not in {"variables", *Manifest.model_fields} - {"tuner"}:
                 raise doc.error(("tuner", "arms", i, "set", key), f"tuner arm '{arm.id}' sets '{key}', which is not a "
                                 "manifest path (use variables.<name> or a section such as trainer.lr)", key=True)
+    _check_targets(prep)
+
+
+def _check_targets(prep: Prepared) -> None:
+    """What a run refuses before it starts: backend specs, passes to disable, the number of runs."""
+    from caramba.compiler.pipeline import optional_stages
+    from caramba.compute.registry import parse_spec
+
+    m, doc = prep.manifest, prep.doc
+    for i, t in enumerate(m.targets):
+        if t.backend is not None:  # a backend not installed here is fine: it may be on the machine that runs
+            try:
+                parse_spec(t.backend)
+            except CarambaError as exc:
+                raise doc.error(("targets", i, "backend"), exc.message, hint=exc.hint) from None
+        for j, name in enumerate(t.disable_passes):
+            if name not in optional_stages():
+                raise doc.error(("targets", i, "disable_passes", j), f"'{name}' is not a pass that can be disabled; "
+                                f"{did_you_mean(name, optional_stages())}")
+    runs = (sum(len(t.runs) for t in m.targets) or 1) * (len(m.tuner.arms) if m.tuner else 1)
+    if runs > MAX_RUNS:
+        raise doc.error(("targets",), f"the manifest plans {runs} runs (tuner arms x targets x runs); the limit is {MAX_RUNS}")
 
 
 def resolve_optimizer(prep: Prepared) -> tuple[Any, dict[str, Any]]:
@@ -129,20 +151,36 @@ def resolve_optimizer(prep: Prepared) -> tuple[Any, dict[str, Any]]:
     return asset, asset.resolve_config(spec.config, bad)
 
 
-def _bind_data(prep: Prepared) -> None:
-    from caramba.data import DataError, load_dataset, unify_dims
+def _bind_data(prep: Prepared, cache: dict | None = None) -> None:
+    from caramba.data import DataError, TextDataset, load_dataset, unify_dims
 
     m, doc = prep.manifest, prep.doc
     base = Path(doc.source).parent if doc.source not in ("<string>", "") else doc.root
     for name, spec in m.datasets.items():
+        key = (name, spec.model_dump_json(), str(base))  # tuner arms that keep a dataset share it
         try:
-            prep.datasets[name] = load_dataset(name, spec, base)
+            ds = cache.get(key) if cache is not None else None
+            prep.datasets[name] = ds if ds is not None else load_dataset(name, spec, base)
         except DataError as exc:
             raise doc.error(("datasets", name), exc.message, hint=exc.hint) from None
+        except (OSError, ValueError, MemoryError) as exc:  # a file that is not what its source says
+            raise doc.error(("datasets", name), f"dataset '{name}' cannot be loaded: {type(exc).__name__}: "
+                            f"{str(exc)[:300]}") from None
+        if cache is not None:
+            cache[key] = prep.datasets[name]
     if prep.data_name is None:
         return
     ds = prep.datasets[prep.data_name]
     spec = m.datasets[prep.data_name]
+    t = m.trainer
+    trains = t is not None and any(r.mode == "train" and (r.steps if r.steps is not None else t.steps)
+                                   for tg in m.targets or [Target(name="default")] for r in tg.runs)
+    if trains:
+        n, batch = ds.size("train"), prep.dims.get("batch", t.batch_size)  # type: ignore[union-attr]
+        if n == 0 or (batch > n and not isinstance(ds, TextDataset)):
+            raise doc.error(("datasets", prep.data_name, "split"), f"dataset '{prep.data_name}' has {n} training "
+                            f"examples, fewer than the batch of {batch}; give `train` a larger share or lower "
+                            "trainer.batch_size")
     for k in spec.feed:
         if k not in m.topology.inputs:
             raise doc.error(("datasets", prep.data_name, "feed", k), f"feed names '{k}', which is not a topology input; "
@@ -172,9 +210,13 @@ def _bind_data(prep: Prepared) -> None:
                             f"{have.name}; declare dtype: {'int64' if have.kind in 'iu' else 'float64'}")
 
 
-def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> tuple[Prepared, Lowered]:
-    """Everything ``manifest validate`` checks: load, schema, data binding and lowering to IR."""
-    prep = prepare(source, overrides)
+def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
+          arms: bool = True, _data_cache: dict | None = None) -> tuple[Prepared, Lowered]:
+    """Everything ``manifest validate`` checks: load, schema, data binding and lowering to IR,
+    the sizes of the model, the loss and metrics a trainer reads, and (with ``arms``) the
+    manifest each tuner arm makes."""
+    cache = {} if _data_cache is None else _data_cache
+    prep = prepare(source, overrides, _data_cache=cache)
     low = prep.lower(training=prep.manifest.trainer is not None)
     try:
         from caramba.ir import verify
@@ -182,7 +224,83 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
         verify(low.graph)
     except CarambaError as exc:  # pragma: no cover - the builder already checked every node
         raise ManifestError(f"the lowered graph does not verify: {exc}") from None
+    check_sizes(low, prep.doc)
+    _check_outputs(prep, low)
+    _check_index_ranges(prep, low)
+    m = prep.manifest
+    for i, arm in enumerate(m.tuner.arms if m.tuner and arms else ()):
+        more = [f"{k}={_flow(v)}" for k, v in arm.set.items()]
+        try:
+            check(prep.doc, more, arms=False, _data_cache=cache)
+        except ManifestError as exc:
+            where = prep.doc.loc(("tuner", "arms", i))
+            raise ManifestError(exc.message, loc=(exc.loc or where).noted((f"with tuner arm '{arm.id}' at {where}",)),
+                                path=exc.path, hint=exc.hint, node=exc.node, op=exc.op) from None
     return prep, low
+
+
+# IR ops whose integer input indexes an axis of another input: op -> (index input, indexed input, axis).
+INDEXING_OPS = {
+    "train.loss.cross_entropy": (1, 0, -1), "train.metric.accuracy": (1, 0, -1), "train.metric.f1": (1, 0, -1),
+    "train.metric.perplexity": (1, 0, -1), "nn.embedding": (0, 1, 0),
+}
+
+
+def _check_index_ranges(prep: Prepared, low: Lowered) -> None:
+    """Class labels and token IDs fed from the data fit the model: a run refuses a label >= the
+    number of logits (or a token >= the embedding rows) at its first batch."""
+    from caramba.data import TextDataset
+
+    ds = prep.dataset
+    if ds is None:
+        return
+    ranges: dict[str, tuple[int, int]] = {}  # topology input -> (min, max) of its data
+    for inp, fld in prep.feed.items():
+        if ds.fields[fld].dtype.kind not in "iu":
+            continue
+        if isinstance(ds, TextDataset):
+            ranges[inp] = (0, len(ds.vocab) - 1)
+        elif hasattr(ds, "arrays"):
+            parts = [ds.arrays(s)[fld] for s in ds.splits]
+            if any(p.size for p in parts):
+                ranges[inp] = (min(int(p.min()) for p in parts if p.size), max(int(p.max()) for p in parts if p.size))
+    g = low.graph
+    for node in g.nodes:
+        rule = INDEXING_OPS.get(node.op)
+        if rule is None:
+            continue
+        idx, target, axis = rule
+        src = g.node(node.inputs[idx].node)
+        if src.op != "graph.input" or src.id not in ranges:
+            continue
+        size = g.type_of(node.inputs[target]).shape[axis]
+        lo, hi = ranges[src.id]
+        if lo < 0 or hi >= size:
+            raise origin_error(prep.doc, node.origin, f"'{src.id}' (dataset '{prep.data_name}' field "
+                               f"'{prep.feed[src.id]}') holds values in [{lo}, {hi}], but node '{node.id}' ({node.op}) "
+                               f"indexes {size} entries with it; make the model's classes or vocabulary size at "
+                               f"least {hi + 1}")
+
+
+def _check_outputs(prep: Prepared, low: Lowered) -> None:
+    """The trainer's loss is a float scalar, metrics are scalars, and there is something to train."""
+    m, doc = prep.manifest, prep.doc
+    if m.trainer is None:
+        return
+    if not low.params and any(r.mode == "train" for t in m.targets or [Target(name="default")] for r in t.runs):
+        raise doc.error(("topology", "nodes"), "the model has no parameters to train",
+                        hint="add a layer with parameters (e.g. projection.linear) or use only eval runs")
+    reserved = {"step", "lr", "grad_norm"}  # what a train step itself outputs
+    for path, name in [(("trainer", "loss"), m.trainer.loss), *((("metrics", i), x) for i, x in enumerate(m.metrics))]:
+        if name not in low.published:  # an alias in topology.outputs: a run reads node values
+            raise doc.error(path, f"'{name}' is an output name; name the node that computes it "
+                            f"('{m.topology.outputs.get(name, name)}')")
+        t = low.graph.type_of(low.published[name])
+        if t.shape != () or (path[0] == "trainer" and not t.dtype.is_float):
+            what = "the loss must be a float scalar" if path[0] == "trainer" else "a metric must be a scalar"
+            raise doc.error(path, f"{what}; '{name}' is {t}", hint="reduce it (e.g. reduce.mean) or name a loss/metric node")
+        if path[0] == "metrics" and name in reserved and name != m.trainer.loss:
+            raise doc.error(path, f"metric '{name}' has the name of a train step output ({', '.join(sorted(reserved))})")
 
 
 __all__ = ["Prepared", "check", "load_document", "prepare", "resolve_optimizer"]

@@ -38,6 +38,17 @@ class Loc:
         return Origin(self.file, self.line, self.col, dotted or None, notes or None)
 
 
+def short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a huge int is described, not printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def format_path(parts: Iterable[Any]) -> str:
     """``("topology", "nodes", 3, "config")`` -> ``topology.nodes[3].config``."""
     out = ""

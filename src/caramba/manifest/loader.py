@@ -17,13 +17,17 @@ Expansion rules:
 - A mapping with ``repeat: N`` and ``template:`` (optional ``index:`` name, default ``i``, and
   ``offset:``) unrolls into N copies of the template spliced into the enclosing list, with
   ``i``, ``next_i`` (i + 1), ``offset_i`` (offset + i) and ``next_offset_i`` bound.
-- Limits: repeat <= 4096, includes <= 128 per load, expanded nodes <= 65,536.
+- Limits: repeat <= 4096, includes <= 128 per load, expanded nodes <= 65,536; an expression
+  is at most 500 characters and 32 operators deep, each number in it (operands and results) an
+  int64 or a finite float, and variables refer to each other at most 64 deep, so a small file
+  cannot make loading slow.
 """
 
 from __future__ import annotations
 
 import ast
 import datetime
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +43,10 @@ MAX_REPEAT = 4096
 MAX_INCLUDES = 128
 MAX_EXPANSIONS = 65_536
 MAX_DEPTH = 200  # nesting depth of a YAML file
+MAX_EXPR_CHARS = 500  # length of one ${...} expression
+MAX_EXPR_DEPTH = 32  # nesting of operators and parentheses in one expression
+MAX_REFERENCE_DEPTH = 64  # variables that refer to variables that refer to ...
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # every number in an expression is an int64 or a finite float
 
 _INCLUDE_TAGS = ("!include", "tag:yaml.org,2002:include")
 _PLAIN_TAGS = {
@@ -48,6 +56,7 @@ _PLAIN_TAGS = {
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*\Z")
 _DOTPATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*\Z")
+OVERRIDE_PATH = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")  # what --set PATH=VALUE addresses
 _REPEAT_KEYS = ("repeat", "template", "index", "offset", "id", "op", "description")
 _INCLUDE_KEYS = ("include", "variables")
 
@@ -108,8 +117,29 @@ def _loader_class() -> type:
     return _Loader
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(text: str, loc: Callable[[int], Loc], what: str) -> None:
+    """Text must be writable as UTF-8: a lone surrogate (from a bad decode or a "\\ud800" escape) is not."""
+    m = _SURROGATE.search(text)
+    if m is not None:
+        raise ManifestError(f"{what} contains the lone surrogate \\u{ord(m.group()):04x}, which is not a character "
+                            "(UTF-8 cannot encode it)", loc=loc(m.start()), hint="write the character itself, or a "
+                            "surrogate pair as one \\U escape")
+
+
+def _offset_loc(text: str, file: str) -> Callable[[int], Loc]:
+    def loc(i: int) -> Loc:
+        line = text.count("\n", 0, i)
+        return Loc(file, line + 1, i - (text.rfind("\n", 0, i) + 1) + 1)
+
+    return loc
+
+
 def parse_yaml(text: str, file: str) -> Y:
     """Parse one YAML document into a located tree (no expansion)."""
+    _no_surrogates(text, _offset_loc(text, file), "the text")
     loader = _loader_class()(text)
     try:
         try:
@@ -169,6 +199,8 @@ class _Converter:
             raise ManifestError(f"invalid scalar {node.value!r}: {exc}", loc=loc) from None
         if isinstance(value, (datetime.date, datetime.datetime)):
             value = node.value  # dates stay as written
+        if isinstance(value, str):
+            _no_surrogates(value, lambda i: loc, "this string")
         return Y("scalar", value, loc)
 
     def _mapping(self, node: Any, loc: Loc, depth: int) -> Y:
@@ -190,6 +222,7 @@ class _Converter:
             kl = _mark_loc(k.start_mark, self.file)
             if not isinstance(k, yaml.ScalarNode) or k.tag not in _PLAIN_TAGS:
                 raise ManifestError("mapping keys must be plain strings", loc=kl)
+            _no_surrogates(k.value, lambda i, kl=kl: kl, "this key")
             ky = Y("scalar", k.value, kl)  # keys are text as written (`no:` is the key "no", not false)
             pairs[ky.value] = (ky, self.convert(v, depth + 1))  # later wins (after merge keys)
         return Y("map", list(pairs.values()), loc)
@@ -330,6 +363,7 @@ class _Expander:
     def __init__(self, ctx: _Ctx, path: tuple = ()) -> None:
         self.ctx = ctx
         self.path: list[Any] = list(path)  # where in the expanded document we are (for errors)
+        self.references = 0  # variables being resolved, one inside the other
 
     def expand(self, y: Y, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
         try:
@@ -430,12 +464,16 @@ class _Expander:
     def evaluate(self, expr: str, loc: Loc, scope: _Scope) -> Y:
         if not expr:
             raise ManifestError("empty placeholder '${}'", loc=loc)
+        if len(expr) > MAX_EXPR_CHARS:
+            raise ManifestError(f"the expression '${{{expr[:40]}...}}' is {len(expr)} characters long; the limit is "
+                                f"{MAX_EXPR_CHARS}", loc=loc, hint="compute the value in a few named variables")
         if _DOTTED.match(expr):
             return self.lookup(expr, loc, scope)
         try:
             tree = ast.parse(expr, mode="eval")
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             raise ManifestError(f"cannot parse placeholder '${{{expr}}}'", loc=loc) from None
+        _check_depth(tree.body, expr, loc)
         return Y("scalar", self._eval(tree.body, expr, loc, scope), loc)
 
     _BINOPS = {
@@ -445,7 +483,7 @@ class _Expander:
 
     def _eval(self, node: ast.AST, expr: str, loc: Loc, scope: _Scope) -> Any:
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            return node.value
+            return _bounded(node.value, expr, loc)
         if isinstance(node, (ast.Name, ast.Attribute)):
             dotted = _dotted_name(node)
             if dotted is None:
@@ -453,15 +491,15 @@ class _Expander:
             v = self.lookup(dotted, loc, scope)
             if v.kind != "scalar" or type(v.value) not in (int, float):
                 raise ManifestError(f"'{dotted}' in '${{{expr}}}' is not a number", loc=loc)
-            return v.value
+            return _bounded(v.value, expr, loc, dotted)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             x = self._eval(node.operand, expr, loc, scope)
-            return -x if isinstance(node.op, ast.USub) else x
+            return _bounded(-x if isinstance(node.op, ast.USub) else x, expr, loc)
         if isinstance(node, ast.BinOp) and type(node.op) in self._BINOPS:
             a = self._eval(node.left, expr, loc, scope)
             b = self._eval(node.right, expr, loc, scope)
-            try:
-                return self._BINOPS[type(node.op)](a, b)
+            try:  # operands are int64 or finite floats, so no operation here is costly
+                return _bounded(self._BINOPS[type(node.op)](a, b), expr, loc)
             except (ZeroDivisionError, OverflowError) as exc:
                 raise ManifestError(f"'${{{expr}}}': {exc}", loc=loc) from None
         raise ManifestError(
@@ -505,11 +543,16 @@ class _Expander:
             return var.value  # type: ignore[return-value]
         if var.resolving:
             raise ManifestError(f"variable '{name}' refers to itself", loc=loc)
+        if self.references >= MAX_REFERENCE_DEPTH:
+            raise ManifestError(f"variable '{name}' is reached through more than {MAX_REFERENCE_DEPTH} variables "
+                                "that refer to each other", loc=loc, hint="refer to the values more directly")
         var.resolving = True
         saved, self.path = self.path, ["variables", name]
+        self.references += 1
         try:
             r = self.expand(var.node, var.scope, ())  # type: ignore[arg-type]
         finally:
+            self.references -= 1
             var.resolving = False
             self.path = saved
         var.value = Y("seq", list(r), var.node.loc) if isinstance(r, _Splice) else r
@@ -636,6 +679,27 @@ class _Expander:
         )
 
 
+def _check_depth(tree: ast.AST, expr: str, loc: Loc) -> None:
+    """Refuse expressions nested deeper than MAX_EXPR_DEPTH (walked without recursion)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPR_DEPTH:
+            raise ManifestError(f"the expression '${{{expr[:40]}...}}' is nested more than {MAX_EXPR_DEPTH} levels "
+                                "deep", loc=loc, hint="compute the value in a few named variables")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _bounded(value: Any, expr: str, loc: Loc, name: str | None = None) -> Any:
+    """``value`` if it is an int64 or a finite float; expressions compute nothing bigger."""
+    what = f"'{name}'" if name else "a value"
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise ManifestError(f"'${{{expr}}}': {what} is outside the int64 range [-2**63, 2**63 - 1]", loc=loc)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ManifestError(f"'${{{expr}}}': {what} is {value}, not a finite number", loc=loc)
+    return value
+
+
 def _dotted_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
@@ -705,14 +769,19 @@ def parse_override(item: str) -> tuple[str, Any]:
     """``"trainer.steps=200"`` -> ``("trainer.steps", 200)``; the value is read as YAML."""
     key, eq, raw = item.partition("=")
     key = key.strip()
+    loc = Loc("--set", 1, 1, (f"from --set {item[:80]}",))
     if not eq or not key:
-        raise ManifestError(f"--set takes PATH=VALUE (e.g. trainer.steps=200), got {item!r}")
-    if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", key):
-        raise ManifestError(f"--set path {key!r} must be dotted names or list indexes, like trainer.optimizer.lr")
+        raise ManifestError(f"--set takes PATH=VALUE (e.g. trainer.steps=200), got {item[:80]!r}", loc=loc)
+    if not OVERRIDE_PATH.fullmatch(key):
+        raise ManifestError(f"--set path {key[:80]!r} must be dotted names or list indexes, like trainer.optimizer.lr",
+                            loc=loc)
+    _no_surrogates(item, lambda i: loc, f"--set {key}")
     try:
         value = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ManifestError(f"--set {key}: value {raw!r} is not valid YAML: {exc}") from None
+        raise ManifestError(f"--set {key}: value {raw!r} is not valid YAML: {exc}", loc=loc) from None
+    except RecursionError:
+        raise ManifestError(f"--set {key}: the value is nested too deeply", loc=loc) from None
     if isinstance(value, (datetime.date, datetime.datetime)):
         value = raw
     return key, value
@@ -722,8 +791,28 @@ def _normalize_overrides(overrides: "Mapping[str, Any] | Iterable[str] | None") 
     if not overrides:
         return []
     if isinstance(overrides, Mapping):
-        return [(str(k), v) for k, v in overrides.items()]
-    return [parse_override(s) for s in overrides]
+        items = [(str(k), v) for k, v in overrides.items()]
+    else:
+        items = [parse_override(s) for s in overrides]
+    for key, value in items:
+        _check_override_size(key, value)
+    return items
+
+
+def _check_override_size(key: str, value: Any) -> None:
+    """An override value, expanded (aliases repeat their target), has at most MAX_EXPANSIONS
+    nodes and MAX_DEPTH levels; counted without recursion and stopping at the limit."""
+    stack, count = [(value, 0)], 0
+    while stack:
+        v, depth = stack.pop()
+        count += 1
+        if count > MAX_EXPANSIONS or depth > MAX_DEPTH:
+            what = f"more than {MAX_EXPANSIONS} nodes" if count > MAX_EXPANSIONS else f"nested more than {MAX_DEPTH} deep"
+            raise ManifestError(f"--set {key}: the value is {what} (limit)", loc=_override_loc(key, "..."))
+        if isinstance(v, Mapping):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
 
 
 def _set_path(root: Y, parts: list[str], value: Any, loc: Loc, label: str) -> None:

@@ -30,6 +30,9 @@ from caramba.manifest.registry import Asset, Registry, registry
 from caramba.manifest.schema import NodeSpec, Strict, Topology, _to_manifest_error
 
 MAX_BLOCK_DEPTH = 32
+MAX_IR_NODES = 20_000  # a graph this large lowers in about a second
+MAX_PARAMETERS = 2**30  # parameter values of a model: 8 GiB in float64, before optimizer state
+MAX_VALUE_ELEMENTS = 2**31  # elements of one value (an input, an activation, a parameter)
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,9 @@ class _Lowering:
     def lower_node(self, spec: NodeSpec, npath: tuple, published: dict[str, Value], prefix: str, doc: Document,
                    producers: dict[str, str]) -> None:
         full = f"{prefix}.{spec.id}" if prefix else spec.id
+        if len(self.graph.nodes) > MAX_IR_NODES:
+            raise doc.error(npath, f"the model lowers to more than {MAX_IR_NODES:,} IR nodes (limit); check repeat "
+                            "counts and layers", node=spec.id)
         origin = doc.origin(npath)
         try:
             asset = self.registry.get(spec.op, ("operation", "block", "model"))
@@ -317,6 +323,34 @@ class _Lowering:
                                  f"value (topology.outputs: {topo.outputs})")
             out.append(published[name])
         return tuple(out)
+
+
+def origin_error(doc: Document, origin: Origin | None, msg: str) -> ManifestError:
+    """A ManifestError at the manifest line an IR node came from (else at the topology)."""
+    from caramba.manifest.errors import Loc
+
+    if origin is None or origin.file is None or origin.line is None:
+        return doc.error(("topology",), msg)
+    loc = Loc(origin.file, origin.line, origin.col or 1, (origin.note,) if origin.note else ())
+    return ManifestError(msg, loc=loc, path=origin.path)
+
+
+def check_sizes(low: Lowered, doc: Document) -> None:
+    """Refuse a model whose parameters or values are too large to run (MAX_PARAMETERS,
+    MAX_VALUE_ELEMENTS), at the node that declares the largest one."""
+
+    def error(origin: Origin | None, msg: str) -> ManifestError:
+        return origin_error(doc, origin, msg)
+
+    if low.param_count() > MAX_PARAMETERS:
+        big = max(low.params.values(), key=lambda p: p.size)
+        raise error(big.origin, f"the model has {low.param_count():,} parameter values, over the limit of "
+                    f"{MAX_PARAMETERS:,}; the largest is '{big.name}' {list(big.shape)}")
+    for node in low.graph.nodes:
+        for t in node.types:
+            if prod(t.shape) > MAX_VALUE_ELEMENTS:
+                raise error(node.origin, f"IR node '{node.id}' ({node.op}) makes a value of shape {list(t.shape)}: "
+                            f"{prod(t.shape):,} elements, over the limit of {MAX_VALUE_ELEMENTS:,}",)
 
 
 def _fmt(path: tuple) -> str:
@@ -450,7 +484,7 @@ def lower_example(asset: Asset, reg: Registry | None = None) -> Lowered:
 
 
 __all__ = [
-    "LAYERS", "LayerContext", "Lowered", "ParamSpec", "expand_block", "layer", "lower_example", "lower_into", "lower_topology",
+    "LAYERS", "MAX_IR_NODES", "MAX_PARAMETERS", "MAX_VALUE_ELEMENTS", "LayerContext", "Lowered", "ParamSpec", "check_sizes", "expand_block", "origin_error", "layer", "lower_example", "lower_into", "lower_topology",
     "resolve_dims",
 ]
 

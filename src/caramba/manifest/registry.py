@@ -6,10 +6,15 @@ Operations say how they lower (``ir: <op id>`` for a direct IR op, ``lowering: <
 layer in ``caramba.manifest.layers``); blocks and models carry a ``topology`` that is expanded
 with ``${config.<field>}`` bound to the node's resolved config; manifest templates carry a
 whole manifest. Files under ``assets/fragment/`` are include targets, not assets.
+
+Config values are checked strictly: ``true`` is not a number, floats are finite, ints lie within
++-MAX_CONFIG_INT, and a field may declare the interval it accepts (``range: "[0, 1)"``).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,11 +24,14 @@ from typing import Any
 
 from caramba.errors import did_you_mean
 from caramba.ir.attrs import REQUIRED
-from caramba.manifest.errors import Loc, ManifestError, format_path
+from caramba.manifest.errors import Loc, ManifestError, format_path, short
 from caramba.manifest.loader import Y, _plain, parse_yaml
 
 KINDS = ("operation", "optimizer", "block", "model", "manifest")
 CONFIG_TYPES = ("int", "float", "bool", "str", "ints", "floats", "dtype", "any", "mapping", "int?", "float?", "str?", "ints?")
+MAX_CONFIG_INT = 2**31 - 1  # sizes, axes and counts in op configs
+MAX_CONFIG_LIST = 64  # items of an ints/floats config value
+_RANGE = re.compile(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*\Z")
 _META_KEYS = {
     "kind", "op", "label", "category", "description", "inputs", "outputs", "config", "ir", "lowering",
     "params", "topology", "manifest", "example", "ir_attrs",
@@ -45,10 +53,36 @@ class ConfigField:
     default: Any = REQUIRED
     description: str = ""
     choices: tuple[Any, ...] | None = None
+    range: "Interval | None" = None
 
     @property
     def required(self) -> bool:
         return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The values a number field accepts, written like ``[0, 1)`` (``inf`` for no bound)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    @classmethod
+    def parse(cls, text: Any) -> "Interval":
+        m = _RANGE.match(str(text))
+        try:
+            lo, hi = float(m.group(2)), float(m.group(3))  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            raise ValueError(f"range must be an interval like \"[0, 1)\" or \"(0, inf)\", got {text!r}") from None
+        return cls(lo, hi, m.group(1) == "(", m.group(4) == ")")  # type: ignore[union-attr]
+
+    def __contains__(self, v: float) -> bool:
+        return (self.lo < v if self.lo_open else self.lo <= v) and (v < self.hi if self.hi_open else v <= self.hi)
+
+    def __str__(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
 
 
 @dataclass(frozen=True)
@@ -110,7 +144,8 @@ class Asset:
             "config": [
                 {"name": c.name, "type": c.type, "default": None if c.required else c.default,
                  "required": c.required, "description": c.description,
-                 **({"choices": list(c.choices)} if c.choices else {})}
+                 **({"choices": list(c.choices)} if c.choices else {}),
+                 **({"range": str(c.range)} if c.range else {})}
                 for c in self.config
             ],
             "file": self.file,
@@ -128,7 +163,7 @@ def coerce(f: ConfigField, value: Any, fail: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif base == "float":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        value = _float(value, f, fail) if ok else value
     elif base == "bool":
         ok = isinstance(value, bool)
     elif base in ("str", "dtype"):
@@ -145,14 +180,36 @@ def coerce(f: ConfigField, value: Any, fail: Any) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
         ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        value = [float(v) for v in value] if ok else value
+        value = [_float(v, f, fail) for v in value] if ok else value
     elif base == "mapping":
         ok = isinstance(value, dict)
     if not ok:
-        fail(f"config '{f.name}' must be {_type_words(kind)}, got {value!r}")
+        fail(f"config '{f.name}' must be {_type_words(kind)}, got {short(value)}")
+    if base in ("int", "float", "ints", "floats"):
+        for v in value if isinstance(value, list) else [value]:
+            _check_number(f, v, fail)
+        if isinstance(value, list) and len(value) > MAX_CONFIG_LIST:
+            fail(f"config '{f.name}' has {len(value)} items; at most {MAX_CONFIG_LIST}")
     if f.choices is not None and value not in f.choices:
-        fail(f"config '{f.name}' must be one of {', '.join(map(repr, f.choices))}, got {value!r}")
+        fail(f"config '{f.name}' must be one of {', '.join(map(repr, f.choices))}, got {short(value)}")
     return value
+
+
+def _float(v: float, f: ConfigField, fail: Any) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        fail(f"config '{f.name}' is {short(v)}, too large for a float")
+        raise  # pragma: no cover - fail raises
+
+
+def _check_number(f: ConfigField, v: float, fail: Any) -> None:
+    if isinstance(v, int) and not -MAX_CONFIG_INT <= v <= MAX_CONFIG_INT:
+        fail(f"config '{f.name}' is {short(v)}, outside [-{MAX_CONFIG_INT}, {MAX_CONFIG_INT}]")
+    if isinstance(v, float) and not math.isfinite(v):
+        fail(f"config '{f.name}' must be a finite number, got {v}")
+    if f.range is not None and v not in f.range:
+        fail(f"config '{f.name}' must be in {f.range}, got {short(v)}")
 
 
 def _type_words(kind: str) -> str:
@@ -283,12 +340,17 @@ def load_asset(path: Path, display: str) -> Asset:
         ports[side] = tuple(out)
     config = []
     for i, c in enumerate(meta.get("config", []) or []):
-        if not isinstance(c, dict) or set(c) - {"name", "type", "default", "description", "choices"} or "name" not in c:
-            raise bad(("config", i), "a config field is {name, type, default, description, choices}")
+        if not isinstance(c, dict) or set(c) - {"name", "type", "default", "description", "choices", "range"} or "name" not in c:
+            raise bad(("config", i), "a config field is {name, type, default, description, choices, range}")
         if c.get("type") not in CONFIG_TYPES:
             raise bad(("config", i, "type"), f"config type must be one of {', '.join(CONFIG_TYPES)}, got {c.get('type')!r}")
         choices = tuple(c["choices"]) if c.get("choices") is not None else None
-        config.append(ConfigField(c["name"], c["type"], c.get("default", REQUIRED), str(c.get("description", "")), choices))
+        try:
+            interval = Interval.parse(c["range"]) if c.get("range") is not None else None
+        except ValueError as exc:
+            raise bad(("config", i, "range"), str(exc)) from None
+        config.append(ConfigField(c["name"], c["type"], c.get("default", REQUIRED), str(c.get("description", "")),
+                                  choices, interval))
     topo = tree.get("topology")
     manifest = tree.get("manifest")
     if kind in ("block", "model") and topo is None:
@@ -308,4 +370,4 @@ def load_asset(path: Path, display: str) -> Asset:
     )
 
 
-__all__ = ["KINDS", "Asset", "ConfigField", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "load_registry", "registry"]
+__all__ = ["KINDS", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "load_registry", "registry"]

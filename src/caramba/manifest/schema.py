@@ -4,6 +4,10 @@ A manifest has a ``topology`` (the model: declared inputs, nodes, outputs) and, 
 experiment, ``datasets``, a ``trainer``, ``metrics``, ``checkpoints``, ``targets`` with runs,
 and optionally a ``tuner``. ``validate(doc)`` turns a loaded Document into a ``Manifest``
 and every validation problem into one ManifestError at the offending line.
+
+Types are strict (YAML ``true`` is not a number, ``"1e3"`` is not a float), every float is
+finite and every int has bounds: the limits below are what a run accepts, so a manifest that
+validates does not fail later on a value a run would refuse.
 """
 
 from __future__ import annotations
@@ -15,17 +19,35 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from caramba.errors import did_you_mean
-from caramba.manifest.errors import ManifestError, format_path
+from caramba.manifest.errors import ManifestError, format_path, short
 from caramba.manifest.loader import Document
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
+# Limits (docs/manifest.md, "Limits"). Seeds feed numpy generators and the run store's int64.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_SEED = INT64_MAX
+MAX_DIM = 2**31 - 1  # one dimension of an input, a symbolic dim, a context length
+MAX_STEPS = 10**9  # steps, warmup and every cadence counted in steps
+MAX_BATCH = 2**20  # batch_size, eval_batch_size
+MAX_EXAMPLES = 10**7  # generated examples, dataset limit
+MAX_DATA_VALUES = 2**23  # values a generated dataset draws (n * features, n * length, classes * features)
+MAX_CLASSES = 2**16
+MAX_KEEP = 1000  # checkpoints kept per run
+MAX_ARMS = 32  # tuner arms (each is validated like a manifest of its own)
+MAX_RUNS = 1024  # planned runs: arms x targets x runs
+
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 <= seed < 2**63")]
+Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+
 
 class Strict(BaseModel):
     """Base of every manifest model: unknown keys are errors that suggest the right one."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=False, strict=True,
+                              allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -50,7 +72,7 @@ class Strict(BaseModel):
 class InputSpec(Strict):
     """An external input of a topology: shape (ints or symbolic dims like ``batch``) and dtype."""
 
-    shape: list[int | Annotated[str, Field(pattern=IDENT)]]
+    shape: list[int | Annotated[str, Field(pattern=IDENT)]] = Field(max_length=32)
     dtype: str = "float64"
     description: str = ""
 
@@ -60,6 +82,8 @@ class InputSpec(Strict):
         for d in v:
             if isinstance(d, int) and d < 0:
                 raise ValueError(f"dimension {d} is negative")
+            if isinstance(d, int) and d > MAX_DIM:
+                raise ValueError(f"dimension {d} is over the limit of {MAX_DIM}")
         return v
 
 
@@ -88,7 +112,8 @@ class Topology(Strict):
     inputs: dict[Annotated[str, Field(pattern=IDENT)], InputSpec] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(min_length=1)
     outputs: dict[str, str] = Field(default_factory=dict)
-    dims: dict[str, int] = Field(default_factory=dict, description="default sizes of symbolic dims")
+    dims: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(default_factory=dict,
+                                                                     description="default sizes of symbolic dims")
     dtype: str = "float64"
     description: str = ""
 
@@ -106,23 +131,25 @@ class Topology(Strict):
 
 
 class Split(Strict):
-    train: float = 0.8
-    val: float = 0.0
-    test: float = 0.2
+    """Fractions of the examples in each split: each in [0, 1], train > 0, adding up to 1."""
+
+    train: float = Field(0.8, gt=0, le=1)
+    val: float = Field(0.0, ge=0, le=1)
+    test: float = Field(0.2, ge=0, le=1)
 
     @model_validator(mode="after")
     def _sums(self) -> "Split":
         parts = (self.train, self.val, self.test)
-        if any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-9 or self.train <= 0:
-            raise ValueError(f"split fractions must be >= 0, train > 0, and add up to 1; got {parts}")
+        if abs(sum(parts) - 1.0) > 1e-9:
+            raise ValueError(f"split fractions must add up to 1; got {parts}")
         return self
 
 
 class _Dataset(Strict):
     split: Split = Field(default_factory=Split)
-    seed: int = 0
+    seed: Seed = 0
     feed: dict[str, str] = Field(default_factory=dict, description="topology input -> dataset field")
-    limit: int | None = Field(default=None, ge=1, description="use only the first N examples")
+    limit: int | None = Field(default=None, ge=1, le=MAX_EXAMPLES, description="use only the first N examples")
 
 
 class SklearnData(_Dataset):
@@ -138,11 +165,21 @@ class GeneratedData(_Dataset):
 
     source: Literal["generated"]
     kind: Literal["blobs", "spirals", "xor", "regression", "tones"] = "blobs"
-    n: int = Field(1000, ge=2)
-    features: int = Field(2, ge=1)
-    classes: int = Field(2, ge=2)
-    noise: float = Field(0.1, ge=0)
-    length: int = Field(256, ge=1, description="samples per waveform (tones)")
+    n: int = Field(1000, ge=2, le=MAX_EXAMPLES)
+    features: int = Field(2, ge=1, le=MAX_DATA_VALUES)
+    classes: int = Field(2, ge=2, le=MAX_CLASSES)
+    noise: float = Field(0.1, ge=0, le=1e6)
+    length: int = Field(256, ge=1, le=MAX_DATA_VALUES, description="samples per waveform (tones)")
+
+    @model_validator(mode="after")
+    def _size(self) -> "GeneratedData":
+        width = {"blobs": self.features, "regression": self.features, "tones": self.length}.get(self.kind, 2)
+        for what, values in ((f"n * {'length' if self.kind == 'tones' else 'features'}", self.n * width),
+                             ("classes * features", self.classes * self.features if self.kind == "blobs" else 0)):
+            if values > MAX_DATA_VALUES:
+                raise ValueError(f"a generated dataset of {what} = {values:,} values is over the limit of "
+                                 f"{MAX_DATA_VALUES:,}; use fewer examples or a local npz file")
+        return self
 
 
 class NpzData(_Dataset):
@@ -158,10 +195,18 @@ class CsvData(_Dataset):
 
     source: Literal["csv"]
     path: str
-    target: str | int = -1
+    target: str | Int64 = -1
     header: bool = True
     delimiter: str = ","
     target_dtype: Literal["int64", "float64"] = "int64"
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_char(cls, v: str) -> str:
+        if len(v) != 1 or v in "\"\r\n" or v.isalnum() or v in ".-+":
+            raise ValueError(f"delimiter must be one character that is not a quote, line break, digit, letter, "
+                             f"sign or decimal point (e.g. ',' ';' or a tab), got {v!r}")
+        return v
 
 
 class TextData(_Dataset):
@@ -169,11 +214,23 @@ class TextData(_Dataset):
 
     source: Literal["text"]
     path: str
-    context: int = Field(64, ge=1)
+    context: int = Field(64, ge=1, le=MAX_DIM)
     split: Split = Field(default_factory=lambda: Split(train=0.9, val=0.1, test=0.0))
     encoding: str = "utf-8"
-    max_chars: int | None = Field(default=None, ge=2)
-    vocab_size: int | None = Field(default=None, ge=1, description="fail if the text has more distinct characters")
+    max_chars: int | None = Field(default=None, ge=2, le=INT64_MAX)
+    vocab_size: int | None = Field(default=None, ge=1, le=MAX_DIM,
+                                   description="fail if the text has more distinct characters")
+
+    @field_validator("encoding")
+    @classmethod
+    def _codec(cls, v: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(v)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {v!r} (e.g. utf-8, latin-1)") from None
+        return v
 
 
 DatasetSpec = Annotated[SklearnData | GeneratedData | NpzData | CsvData | TextData, Field(discriminator="source")]
@@ -202,7 +259,7 @@ class Schedule(Strict):
     (constant) or a cosine decay to ``min_lr`` at the last step (cosine)."""
 
     kind: Literal["constant", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: Steps = 0
     min_lr: float = Field(0.0, ge=0)
 
     @model_validator(mode="before")
@@ -217,13 +274,13 @@ class Trainer(Strict):
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     lr: float = Field(1e-3, gt=0)
     schedule: Schedule = Field(default_factory=Schedule)
-    batch_size: int = Field(32, ge=1)
-    steps: int = Field(100, ge=0)
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH)
+    steps: Steps = 100
     grad_clip: float | None = Field(default=None, gt=0, description="clip the global gradient norm")
-    eval_every: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
-    eval_batch_size: int | None = Field(default=None, ge=1)
-    eval_batches: int | None = Field(default=None, ge=1, description="cap on eval batches per split")
-    log_every: int = Field(10, ge=1)
+    eval_every: Steps = Field(0, description="evaluate every N steps (0: only at the end)")
+    eval_batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH)
+    eval_batches: int | None = Field(default=None, ge=1, le=MAX_STEPS, description="cap on eval batches per split")
+    log_every: int = Field(10, ge=1, le=MAX_STEPS)
     checkpoint_every: int | None = Field(default=None, ge=0, description="checkpoint (and commit the metrics) every N "
                                          "steps; a run resumes from its newest one (default: checkpoints.every)")
 
@@ -234,15 +291,15 @@ class Trainer(Strict):
 
 
 class Checkpoints(Strict):
-    every: int = Field(0, ge=0, description="save every N steps (0: only at the end)")
+    every: Steps = Field(0, description="save every N steps (0: only at the end)")
     at_end: bool = True
-    keep: int = Field(1, ge=1)
+    keep: int = Field(1, ge=1, le=MAX_KEEP)
 
 
 class Run(Strict):
     id: str = Field(pattern=NAME)
-    seed: int = 0
-    steps: int | None = Field(default=None, ge=0)
+    seed: Seed = 0
+    steps: Steps | None = None
     mode: Literal["train", "eval"] = "train"
     checkpoint: str | None = Field(default=None, description="start from this checkpoint (a file or run ID)")
     checkpoint_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
@@ -275,7 +332,7 @@ class Arm(Strict):
 class Tuner(Strict):
     metric: str = "val.loss"
     mode: Literal["min", "max"] = "min"
-    arms: list[Arm] = Field(min_length=1)
+    arms: list[Arm] = Field(min_length=1, max_length=MAX_ARMS)
 
     @field_validator("arms")
     @classmethod
@@ -291,7 +348,7 @@ class Manifest(Strict):
 
     name: str = Field("experiment", pattern=NAME)
     description: str = ""
-    version: int | str | None = None
+    version: Int64 | str | None = None
     topology: Topology
     datasets: dict[Annotated[str, Field(pattern=IDENT)], DatasetSpec] = Field(default_factory=dict)
     trainer: Trainer | None = None
@@ -366,11 +423,11 @@ def _to_manifest_error(doc: Document, exc: ValidationError) -> ManifestError:
         msg = "missing required key 'source' (one of: sklearn, generated, npz, csv, text)"
     elif kind == "string_pattern_mismatch":
         value = doc.get(path)
-        msg = f"{value!r} is not a valid name (letters, digits and _, not starting with a digit)"
+        msg = f"{short(value)} is not a valid name (letters, digits and _, not starting with a digit)"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     elif "input" in first and not isinstance(first["input"], (dict, list)):
-        msg = f"{msg}, got {first['input']!r}"
+        msg = f"{msg}, got {short(first['input'])}"
     more = len(errors) - 1
     if more:
         msg += f" (and {more} more problem{'s' if more > 1 else ''})"
