@@ -301,10 +301,10 @@ class RunService:
             with data_roots(roots):
                 plans = plan_submission(path, overrides, targets, run_ids)
             if executor == "actors":
-                return self._submit_actors(path, overrides, plans)
+                return self._submit_actors(path, overrides, plans, roots)
             group = f"{plans[0].prep.manifest.name}-{secrets.token_hex(3)}"
         first = threading.Event()
-        thread = threading.Thread(target=self._execute, args=(plans, group, first), name=f"caramba-run-{group}",
+        thread = threading.Thread(target=self._execute, args=(plans, group, first, roots), name=f"caramba-run-{group}",
                                   daemon=True)
         with self.lock:
             self.threads[group] = thread
@@ -319,14 +319,14 @@ class RunService:
             "runs": runs[::-1],
         }
 
-    def _submit_actors(self, path: Path, overrides: list[str], plans: list[Any]) -> dict[str, Any]:
+    def _submit_actors(self, path: Path, overrides: list[str], plans: list[Any], roots: list[str]) -> dict[str, Any]:
         """One Experiment actor per planned run (the manifest driver): evidence goes to the
         Notary, a VERIFIED result becomes a model version, the run store gets the metrics at
         each checkpoint. Re-submitting a manifest that already ran finds its verified runs."""
         from caramba.orchestrator.manifest import run_specs
 
         wanted = {p.label for p in plans}
-        specs = [s for s in run_specs(path, overrides=overrides) if s.run_id.split("/", 1)[1] in wanted]
+        specs = [s for s in run_specs(path, overrides=overrides, data_roots=roots) if s.run_id.split("/", 1)[1] in wanted]
         group = specs[0].run_id.split("/", 1)[0]
         for spec in specs:
             self.actors.spawn(spec)
@@ -346,10 +346,11 @@ class RunService:
             "runs": [self.view(r) for r in mine[::-1]],
         }
 
-    def _execute(self, plans: list[Any], group: str, first: threading.Event) -> None:
+    def _execute(self, plans: list[Any], group: str, first: threading.Event, roots: list[str]) -> None:
         from caramba.run import execute
 
-        self._in_slot(group, first, [lambda steer, plan=plan: execute(plan, self.store, steer, group) for plan in plans])
+        self._in_slot(group, first, [lambda steer, plan=plan: execute(plan, self.store, steer, group, roots)
+                                     for plan in plans])
 
     def _resume(self, rec: Any) -> dict[str, Any]:
         """Continue an interrupted run in a background thread (``caramba research resume``)."""

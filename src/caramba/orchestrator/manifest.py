@@ -19,6 +19,7 @@ def run_specs(
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     target: str | None = None,
+    data_roots: list[str] | None = None,
 ) -> list[RunSpec]:
     """One RunSpec per planned run (tuner arms x targets x runs). ``runs`` selects by run ID or
     by label (``target/run``, ``arm/target/run``). Run IDs carry the manifest's content hash, so
@@ -39,7 +40,7 @@ def run_specs(
             raise ConfigError(f"run '{p.label}' is an eval run; cluster runs train (evaluate with `caramba research run`)")
         m = p.prep.manifest
         run_id = re.sub(r"[^A-Za-z0-9._\-=+@:,/]", "-", f"{m.name}-{p.prep.sha256[:10]}/{p.label}")
-        spec = run_spec(p, run_id, None)  # the same spec a local run gets, plus the model to commit to
+        spec = run_spec(p, run_id, None, data_roots)  # the same spec a local run gets, plus the model to commit to
         specs.append(spec.model_copy(update={"model": m.name, "config": {**spec.config, "manifest": str(path)}}))
     if wanted is not None:
         found = {s.config["run"] for s in specs} | {s.run_id.split("/", 1)[1] for s in specs}

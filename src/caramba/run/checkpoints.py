@@ -29,6 +29,7 @@ def _where(prep: Prepared, target: Target, run: Run) -> tuple[Any, ...]:
 def resolve_checkpoint(prep: Prepared, target: Target, run: Run, store: Any) -> tuple[Path, str | None]:
     """``(path, sha256)`` of the checkpoint ``run.checkpoint`` names; sha256 is None only for a
     file loaded with ``trust_checkpoint``."""
+    from caramba.data.sources import outside_roots
     from caramba.run.model import param_signature
     from caramba.store.runs import RunNotFound
 
@@ -36,8 +37,10 @@ def resolve_checkpoint(prep: Prepared, target: Target, run: Run, store: Any) -> 
     assert ref is not None
     where = _where(prep, target, run)
     base = Path(prep.doc.source).parent if prep.doc.source not in ("<string>", "") else prep.doc.root
-    p = Path(ref).expanduser()
-    for cand in (p, base / p):
+    if ref != "latest" and outside_roots(base, ref):  # one answer whether or not such a file exists
+        raise prep.doc.error(where, "the checkpoint's path is outside the folders this server reads from",
+                             hint="name a run ID, or a file inside the manifest's folder")
+    for cand in (base / Path(ref).expanduser(),):  # relative to the manifest, like its data files
         if cand.is_file():
             if run.checkpoint_sha256:
                 return cand, run.checkpoint_sha256

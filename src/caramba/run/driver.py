@@ -58,12 +58,18 @@ class ManifestRun:
 
     # ---- RunDriver --------------------------------------------------------------------------------
     def start(self, spec: "RunSpec", checkpoint: bytes | None = None, initial: bytes | None = None) -> None:
+        from caramba.data.sources import data_roots
+
+        t0 = time.perf_counter()
+        self.spec = spec
+        with data_roots(spec.config.get("data_roots")):  # a server's submission reads only its own folders
+            self._start(spec, checkpoint, initial, t0)
+
+    def _start(self, spec: "RunSpec", checkpoint: bytes | None, initial: bytes | None, t0: float) -> None:
         from caramba import compute, train
         from caramba.run.feed import Evaluator, Feeder, eval_batch_size, eval_splits, make_trainer
         from caramba.run.model import build_optimizer, manifest_model, param_signature
 
-        t0 = time.perf_counter()
-        self.spec = spec
         self.plan = plan = self._plan(spec)
         self.prep = prep = plan.prep
         m, t, ds = prep.manifest, prep.manifest.trainer, prep.dataset

@@ -211,7 +211,7 @@ def run_experiment(
 # ---- one run ------------------------------------------------------------------------------
 
 
-def run_spec(plan: RunPlan, run_id: str, store_root: str | None) -> Any:
+def run_spec(plan: RunPlan, run_id: str, store_root: str | None, data_roots: list[str] | None = None) -> Any:
     """The Experiment actor's RunSpec for ``plan``: the manifest as written travels with it, so
     the run can be resumed (or moved) without the file."""
     from caramba.actors.experiment import RunSpec
@@ -226,14 +226,17 @@ def run_spec(plan: RunPlan, run_id: str, store_root: str | None) -> Any:
         "overrides": list(plan.overrides), "target": plan.target.name, "run": plan.run.id, "arm": plan.arm,
         "backend": plan.backend, "experiment": prep.manifest.name, "store": store_root,
         "keep_checkpoints": prep.manifest.checkpoints.keep,
+        "data_roots": list(data_roots) if data_roots is not None else None,  # where it may read (a server's rule)
     }
     return RunSpec(run_id=run_id, driver="manifest", config=config, seed=plan.run.seed, steps=plan.steps,
                    checkpoint_every=every, manifest_hash=prep.sha256)
 
 
-def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: str = "") -> RunResult:
+def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: str = "",
+            data_roots: list[str] | None = None) -> RunResult:
     """Run one planned run; records everything in ``store`` and never raises for a failed run
-    (a KeyboardInterrupt leaves it "interrupted", to be resumed)."""
+    (a KeyboardInterrupt leaves it "interrupted", to be resumed). ``data_roots``: the run reads
+    files only under these folders (``caramba.data.sources.data_roots``), on resume too."""
     prep, m = plan.prep, plan.prep.manifest
     progress = progress or Progress()
     rec = store.create_run(
@@ -242,7 +245,7 @@ def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: 
         config={"manifest": prep.doc.data, "overrides": list(prep.doc.overrides), "dims": prep.dims,
                 "backend": plan.backend, "arm": plan.arm, "run": plan.run.model_dump()},
     )
-    spec = run_spec(plan, rec.id, str(store.root))
+    spec = run_spec(plan, rec.id, str(store.root), data_roots)
     store.update_config(rec.id, {"ledger_run": rec.id, "executor": "local", "spec": spec.model_dump(mode="json")})
     store.add_artifact(rec.id, "manifest.yml", prep.doc.as_yaml(), kind="manifest")
     progress.start(plan, rec.id, plan.steps)
