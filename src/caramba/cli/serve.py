@@ -49,6 +49,10 @@ def register(app: typer.Typer) -> None:
         host, port = settings.serve_host, settings.serve_port
         if not _is_loopback(host):
             console.print(f"[yellow]warning:[/] binding {host}, which is reachable from other machines")
+            if not settings.serve_allowed_hosts:
+                console.print("  requests must name this server in their Host header: only the bound address and "
+                              "localhost are answered (421 otherwise); list the names clients use in the "
+                              "serve_allowed_hosts setting (CARAMBA_SERVE_ALLOWED_HOSTS=name1,name2)")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

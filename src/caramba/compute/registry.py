@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from caramba.compute.runner import Runner
 
 
+MAX_THREADS = 1024  # a thread-count option above this is a typo (or an attack), not a machine
+
+
 @dataclass(frozen=True)
 class Option:
     """A backend option: ``kind`` is ``flag`` (no value), ``int``, ``float`` or ``str``."""
@@ -28,6 +31,7 @@ class Option:
     kind: str
     doc: str = ""
     choices: tuple[str, ...] | None = None
+    maximum: int | None = None  # for ints: the largest value that makes sense (thread counts)
 
     def parse(self, raw: str | None, backend: str) -> Any:
         if self.kind == "flag":
@@ -44,6 +48,8 @@ class Option:
             raise ConfigError(f"backend option {self.name}={raw!r} of {backend}: one of {', '.join(self.choices)}")
         if self.kind == "int" and value <= 0:
             raise ConfigError(f"backend option {self.name}={raw!r} of {backend} must be positive")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(f"backend option {self.name}={raw!r} of {backend} is above its limit {self.maximum}")
         return value
 
 

@@ -26,6 +26,7 @@ def test_unknown_backend_lists_valid_ones():
         ("cpu:threads", "needs a value"),
         ("cpu:threads=two", "expected int"),
         ("cpu:threads=0", "must be positive"),
+        ("cpu:threads=99999999999999999999", "is above its limit 1024"),
         ("cpu:debug=yes", "takes no value"),
         ("cpu:threads=1,threads=2", "given twice"),
         ("", "empty backend spec"),

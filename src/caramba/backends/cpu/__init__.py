@@ -5,10 +5,10 @@ from __future__ import annotations
 import platform
 
 from caramba.compute.buildinfo import BuildInfo
-from caramba.compute.registry import Option
+from caramba.compute.registry import MAX_THREADS, Option
 
 OPTIONS = (
-    Option("threads", "int", "BLAS threads while this runner lives (default: all cores)"),
+    Option("threads", "int", "BLAS threads while this runner lives (default: all cores)", maximum=MAX_THREADS),
     Option("debug", "flag", "check every kernel output's shape and dtype against the graph"),
 )
 

@@ -11,13 +11,13 @@ import importlib.metadata
 import importlib.util
 
 from caramba.compute.buildinfo import BuildInfo
-from caramba.compute.registry import Option
+from caramba.compute.registry import MAX_THREADS, Option
 from caramba.errors import ConfigError
 
 OPTIONS = (
     Option("cpu", "flag", "ONNX Runtime's CPU execution provider (default)"),
     Option("cuda", "flag", "the CUDA execution provider, CPU fallback disabled (location onnx:cuda)"),
-    Option("threads", "int", "intra-op threads of each session (default: ORT's choice, all cores)"),
+    Option("threads", "int", "intra-op threads of each session (default: ORT's choice, all cores)", maximum=MAX_THREADS),
     Option("opt", "str", "ORT graph optimization level (default: all)", choices=("none", "basic", "extended", "all")),
 )
 
