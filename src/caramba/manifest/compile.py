@@ -195,6 +195,13 @@ def _bind_data(prep: Prepared, cache: dict | None = None) -> None:
                             + (f"; {did_you_mean(fld, ds.fields)}" if inp in spec.feed else ""))
         feed[inp] = fld
     prep.feed = feed
+    if m.is_experiment:  # runs feed batches of varying size (the last eval batch) along the first axis
+        for inp in feed:
+            shape = m.topology.inputs[inp].shape
+            if not shape or shape[0] != "batch" or "batch" in shape[1:]:
+                raise doc.error(("topology", "inputs", inp, "shape"), f"input '{inp}' is fed from dataset "
+                                f"'{prep.data_name}' in batches: its shape must start with the dimension `batch` "
+                                f"(and name it once), got {list(shape)}")
     batch = prep.dims.get("batch", 1)
     specs = {k: v.shape for k, v in m.topology.inputs.items()}
     actual = {k: (batch, *ds.fields[f].shape) for k, f in feed.items()}

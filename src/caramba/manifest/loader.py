@@ -368,6 +368,9 @@ class _Expander:
     def expand(self, y: Y, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
         try:
             return self._expand(y, scope, notes)
+        except RecursionError:  # the limits keep this far away; never a raw traceback all the same
+            raise ManifestError("the manifest nests too deeply here (YAML nesting, includes, repeats and variables "
+                                "together)", loc=y.loc.noted(notes)) from None
         except ManifestError as exc:
             if exc.path is None and self.path:
                 exc.path = format_path(self.path)

@@ -208,3 +208,13 @@ def test_override_values_are_bounded():
     with pytest.raises(ManifestError, match="lone surrogate") as e:
         load_string(BASE, "m.yml", overrides=["name=\ud800"])
     assert e.value.line == 1
+
+
+def test_class_labels_of_the_data_fit_the_model():
+    e = _refused(_edit("classes: 3, split", "classes: 5, split"), r"'label' \(dataset 'blobs' field 'y'\) holds "
+                 r"values in \[0, 4\], but node 'loss' \(train.loss.cross_entropy\) indexes 3 entries")
+    assert e.line == 10 and e.path == "topology.nodes[2]"  # the loss node, where the 3 classes meet the labels
+
+
+def test_inputs_fed_in_batches_start_with_the_batch_dimension():
+    _refused(_edit("x: {shape: [batch, 2]}", "x: {shape: [rows, 2]}"), r"must start with the dimension `batch`", 5)
