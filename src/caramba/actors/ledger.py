@@ -490,9 +490,19 @@ class _Snapshot:
     identity_problems: dict[int, str] = field(default_factory=dict)  # index of identity event -> why it binds nothing
     voids: dict[str, list[Entry]] = field(default_factory=dict)
     first_bad: int | None = None  # index of the first row with integrity problems
+    _intents: dict[str, Entry] | None = None
 
     def at(self, e: Entry) -> int:
         return self.index.get(id(e), -1)
+
+    def intent_of(self, subject: str) -> Entry | None:
+        """The first intent recorded for run ``subject``: its author speaks for the run."""
+        if self._intents is None:
+            self._intents = {}
+            for e in self.entries:
+                if e.kind == "intent" and e.subject and e.subject not in self._intents:
+                    self._intents[e.subject] = e
+        return self._intents.get(subject)
 
     def bound(self, actor: str, e: Entry) -> Entry | None:
         """The identity entry binding ``actor``'s key in force when ``e`` was recorded."""
@@ -501,6 +511,42 @@ class _Snapshot:
             if reg.seq < e.seq or reg is e:
                 found = reg
         return found
+
+
+def actor_base(actor: str) -> str:
+    """``experiment:r1#9f3a`` -> ``experiment:r1``: the actor, whichever incarnation signed."""
+    return actor.split("#", 1)[0]
+
+
+def speaks_for(actor: str, subject: str, author: str) -> bool:
+    """Whether ``actor`` may record run ``subject``'s own evidence, the run's intent having been
+    recorded by ``author``: an incarnation of the same actor, or, for a run driven by the
+    Experiment actor, any attempt of it (``experiment:<run>``, ``experiment:<run>@<lease>``)."""
+    family = f"experiment:{subject}"
+
+    def of_run(name: str) -> bool:
+        base = actor_base(name)
+        return base == family or base.startswith(family + "@")
+
+    return of_run(actor) if of_run(author) else actor_base(actor) == actor_base(author)
+
+
+# The events of a run's own lifecycle: only the run's author records them.
+RUN_EVENTS = ("progress", "resumed", "committed", "cancelled", "failed")
+
+
+def _authority(snap: _Snapshot, e: Entry) -> list[Reason]:
+    """Only the actor that recorded a run's intent (any incarnation of it) speaks for the run:
+    its checkpoints, claims and lifecycle events. Another signer's claim or checkpoint about the
+    run is not the run's, however well signed. Others may still comment (a review event) or
+    void (that only takes validity away)."""
+    if not e.subject or not (e.kind in ("claim", "artifact") or (e.kind == "event" and e.name in RUN_EVENTS)):
+        return []
+    intent = snap.intent_of(e.subject)
+    if intent is None or speaks_for(e.actor, e.subject, intent.actor):
+        return []
+    return [_reason(e, f"signed by '{e.actor}', but run '{e.subject}' is recorded by "
+                       f"'{actor_base(intent.actor)}' (its intent #{intent.seq}); only it speaks for the run")]
 
 
 class Ledger:
@@ -919,6 +965,8 @@ class Ledger:
         bad = [c for c in self._own_checks(snap, e, artifacts) if not c.ok]
         if bad:
             out = [_reason(e, "; ".join(c.detail for c in bad), malformed=snap.at(e) in snap.malformed)]
+        if not out:
+            out = _authority(snap, e)
         if not out:
             reg = snap.bound(e.actor, e)
             if reg is not None and reg is not e:

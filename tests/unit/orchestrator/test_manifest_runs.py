@@ -88,7 +88,8 @@ def test_a_killed_manifest_run_resumes_to_the_same_result(manifest, tmp_path):
         while ref.ask(GetStatus()).step < 15:
             system.run_until_idle(max_messages=1)
         system.kill(ref.name)
-        resumed = wait(system, spawn_experiment(system, spec, name="experiment:again"))
+        # another attempt of the run's experiment (only the run's experiment speaks for it)
+        resumed = wait(system, spawn_experiment(system, spec, name=f"experiment:{spec.run_id}@again"))
         assert [e.payload["step"] for e in system.lookup("notary").ask(Query(name="resumed")).entries] == [10]
     assert straight.state == resumed.state == "verified"
     assert resumed.last_checkpoint.sha256 == straight.last_checkpoint.sha256
