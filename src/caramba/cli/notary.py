@@ -1,8 +1,8 @@
 """``caramba notary``: read the Notary's ledger — verify it end to end, export its signed tree
 head, list entries, audit one.
 
-The ledger lives at ``<store>/notary`` (where runs record; stores written before runs and
-clusters shared one ledger have it at ``<store>/cluster/notary``, which is read too). Every
+The ledger lives at ``<store>/cluster/notary`` (``caramba.run.ledger_root``: local and cluster
+runs of a store record to it); a ledger at ``<store>/notary`` is read too. Every
 command opens it through the Notary actor on a local actor system, so artifact hashes are
 re-checked against the same Storage the runs wrote to; nothing is written.
 """
@@ -16,7 +16,7 @@ import typer
 
 from caramba.cli.research import CONFIG_HELP
 
-STORE_HELP = "run store directory (default: settings.store); the ledger is <store>/notary"
+STORE_HELP = "run store directory (default: settings.store); the ledger is <store>/cluster/notary"
 AGAINST_HELP = "a tree head kept earlier (a file written by `caramba notary head --out`, or its JSON): fail if the ledger no longer extends it"
 
 
@@ -27,10 +27,10 @@ def _root(config: str | None, store: str | None) -> Path:
     from caramba.errors import ConfigError
 
     base = Path(load_settings(config, overrides={"store": store}).store)
-    for root in (base, base / "cluster"):
+    for root in (base / "cluster", base):
         if (root / "notary" / "ledger.sqlite").exists():
             return root
-    raise ConfigError(f"no ledger at {base / 'notary' / 'ledger.sqlite'}", hint=NO_LEDGER_HINT)
+    raise ConfigError(f"no ledger at {base / 'cluster' / 'notary' / 'ledger.sqlite'}", hint=NO_LEDGER_HINT)
 
 
 @contextmanager
