@@ -346,13 +346,24 @@ class _Ctx:
     cache: dict[Path, Y] = field(default_factory=dict)
     display: Callable[[Path], str] = field(default=lambda p: _display(p))
 
-    def count(self, loc: Loc) -> None:
-        self.expansions += 1
+    def count(self, loc: Loc, n: int = 1) -> None:
+        self.expansions += n
         if self.expansions > MAX_EXPANSIONS:
             raise ManifestError(
                 f"the manifest expands to more than {MAX_EXPANSIONS} nodes (limit); check repeat counts and includes",
                 loc=loc,
             )
+
+    def count_tree(self, y: Y, loc: Loc) -> None:
+        """Count the nodes of an already expanded value inserted again (a variable used again)."""
+        stack = [y]
+        while stack:
+            node = stack.pop()
+            self.count(loc)
+            if node.kind == "seq":
+                stack.extend(node.value)
+            elif node.kind == "map":
+                stack.extend(v for _, v in node.value)
 
 
 class _Splice(list):
@@ -449,6 +460,8 @@ class _Expander:
             parts.append(buf)
         if len(parts) == 1 and isinstance(parts[0], Y):
             v = parts[0]
+            if v.kind != "scalar":  # each use of a list or mapping is that many more nodes in the document
+                self.ctx.count_tree(v, loc)
             return Y(v.kind, v.value, loc)  # whole-scalar placeholder: keeps its type
         out = ""
         for p in parts:
@@ -851,12 +864,20 @@ def _override_loc(key: str, value: Any) -> Loc:
     return Loc("--set", 1, 1, (f"from --set {key}={_format_scalar(value)}",))
 
 
-def _copy(y: Y) -> Y:
+def _copy(y: Y, memo: dict[int, Y] | None = None) -> Y:
+    """A copy of the tree that --set may change; a node that aliases share is copied once (an
+    alias bomb stays small)."""
+    memo = {} if memo is None else memo
+    if id(y) in memo:
+        return memo[id(y)]
     if y.kind == "map":
-        return Y("map", [(k, _copy(v)) for k, v in y.value], y.loc)
-    if y.kind == "seq":
-        return Y("seq", [_copy(v) for v in y.value], y.loc)
-    return y
+        out = Y("map", [(k, _copy(v, memo)) for k, v in y.value], y.loc)
+    elif y.kind == "seq":
+        out = Y("seq", [_copy(v, memo) for v in y.value], y.loc)
+    else:
+        out = y
+    memo[id(y)] = out
+    return out
 
 
 # ---- entry points -------------------------------------------------------------------------

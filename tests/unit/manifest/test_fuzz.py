@@ -181,6 +181,12 @@ EXPRESSIONS = [
     "${v0}${v0}", "${v0 * 2}x", "${v0.0}",
 ]
 UNICODE = ["\ud800", "\udfff", "\ufeff", "\u202e", "\u0000", "\x85", "\u2028", "e\u0301", "\U0001f986", "\uffff"]
+PLAUSIBLE = [  # names a manifest may well hold instead of the one it has
+    "optimizer.sgd", "optimizer.adam", "optimizer.lion", "optimizer.lamb", "optimizer.rmsprop", "optimizer.adagrad",
+    "optimizer.adamax", "cosine", "constant", "float32", "float64", "int64", "eval", "train", "latest", "min", "max",
+    "val.loss", "test.accuracy", "activation.relu", "activation.tanh", "norm.layer", "nn.dropout", "spirals", "xor",
+    "regression", "iris", "wine", "breast_cancer", "tanh", "none", "normal", "zeros",
+]
 KEY_POOL = [
     "tuner", "targets", "checkpoints", "limit", "eval_batches", "precision", "disable_passes", "seed", "steps",
     "batch_size", "lr", "split", "feed", "delimiter", "context", "max_chars", "vocab_size", "n", "features",
@@ -285,6 +291,23 @@ class Mutator:
         def fn(data, paths):
             leaves = [p for p in paths if not isinstance(_get(data, p), (dict, list))] or paths
             return _set(data, self.rng.choice(leaves), self.value())
+        self._edit(m, fn)
+
+    def nudge(self, m: Mutant) -> None:
+        """A plausible edit: a number halved, doubled or set small, a name swapped for a valid one."""
+        def fn(data, paths):
+            leaves = [p for p in paths if not isinstance(_get(data, p), (dict, list))] or paths
+            p = self.rng.choice(leaves)
+            v = _get(data, p)
+            if isinstance(v, bool):
+                new: Any = not v
+            elif isinstance(v, int):
+                new = self.rng.choice([v // 2, v * 2, v + 1, max(v - 1, 0), 1, 2, 0])
+            elif isinstance(v, float):
+                new = self.rng.choice([v / 2, v * 2, v * 10, 0.0, 0.5, 1.0])
+            else:
+                new = self.rng.choice(PLAUSIBLE)
+            return _set(data, p, new)
         self._edit(m, fn)
 
     def replace_any(self, m: Mutant) -> None:
@@ -414,7 +437,11 @@ class Mutator:
                 for i in range(1, n + 1):
                     variables[f"v{i}"] = f"${{v{i - 1} * v{i - 1}}}"
                 name = f"v{n}"
-            elif kind < 0.45:  # a long chain of references (deep resolution)
+            elif kind < 0.4:  # a big value used again and again
+                variables["v0"] = list(range(self.rng.choice((100, 5000, 30000))))
+                variables["e"] = ["${v0}"] * self.rng.choice((2, 50, 500))
+                name = "e"
+            elif kind < 0.5:  # a long chain of references (deep resolution)
                 n = self.rng.choice((100, 1000, 5000))
                 variables["v0"] = 1
                 for i in range(1, n + 1):
@@ -504,7 +531,7 @@ class Mutator:
             lines[b] = lb[: lb.index(": ") + 2] + self.rng.choice(("*anc", "*nope", "&anc *anc", "!!merge *anc"))
         m.text = "\n".join(lines)
 
-    OPS = [replace_scalar, replace_scalar, replace_scalar, replace_any, delete_key, delete_key, swap_values,
+    OPS = [nudge, nudge, nudge, nudge, replace_scalar, replace_scalar, replace_scalar, replace_any, delete_key, delete_key, swap_values,
            change_type, change_type, add_key, deep_nest, backend, seed_value, tuner, dataset_option, dataset_option,
            override, expression, expression, truncate, line_edit, line_edit, text_char, unicode, alias_bomb, anchors]
 

@@ -218,3 +218,23 @@ def test_class_labels_of_the_data_fit_the_model():
 
 def test_inputs_fed_in_batches_start_with_the_batch_dimension():
     _refused(_edit("x: {shape: [batch, 2]}", "x: {shape: [rows, 2]}"), r"must start with the dimension `batch`", 5)
+
+
+def test_a_variables_override_on_an_alias_bomb_is_fast():
+    lines = ["variables:", "  b0: &b0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  b{i}: &b{i} [" + ", ".join([f"*b{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    t0 = time.process_time()
+    with pytest.raises(ManifestError, match="more than 65536 nodes"):  # copying for --set kept the aliases
+        load_string("\n".join(lines) + "\nx: ${b8}\n", "m.yml", overrides=["variables.b0.7=y"])
+    assert time.process_time() - t0 < 1.0
+    doc = load_string("\n".join(lines[:4]) + "\nx: ${b2}\n", "m.yml", overrides=["variables.b0.7=y"])
+    assert doc.data["x"][0][0][7] == "y" and doc.data["x"][9][9][7] == "y"  # an alias is the same node
+
+
+def test_a_big_variable_used_many_times_counts_every_use():
+    big = "[" + ", ".join(["1"] * 30000) + "]"
+    text = "variables:\n  big: " + big + "\nx:\n" + "".join("  - ${big}\n" for _ in range(300))
+    t0 = time.process_time()
+    with pytest.raises(ManifestError, match="more than 65536 nodes") as e:
+        load_string(text, "m.yml")
+    assert time.process_time() - t0 < 1.0 and e.value.line == 5  # the second use
