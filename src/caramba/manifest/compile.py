@@ -7,17 +7,19 @@ with; it raises one located ManifestError for the first problem it finds.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from math import prod
 from pathlib import Path
 from typing import Any
 
 from caramba.errors import CarambaError, did_you_mean
 from caramba.manifest.errors import ManifestError
 from caramba.manifest.loader import OVERRIDE_PATH, Document, _flow, load, load_string
-from caramba.manifest.lower import Lowered, check_sizes, lower_topology, origin_error
-from caramba.manifest.schema import MAX_RUNS, Manifest, Target, validate
+from caramba.manifest.lower import MAX_IR_NODES, Lowered, check_sizes, lower_topology, origin_error
+from caramba.manifest.schema import MAX_DATA_VALUES, MAX_RUNS, Manifest, Target, validate
 
 
 @dataclass
@@ -61,8 +63,23 @@ def load_document(source: str | Path | Document, overrides: Mapping[str, Any] | 
     return load(Path(source), overrides=overrides)
 
 
+@dataclass
+class _Work:
+    """What one ``check`` (a manifest and its tuner arms) has loaded and lowered: an arm that
+    keeps the data or the model reuses them, and the total is bounded so many arms stay fast."""
+
+    datasets: dict[tuple, Any] = field(default_factory=dict)
+    lowered: dict[str, Lowered] = field(default_factory=dict)  # by topology, dims and training
+    ir_nodes: int = 0
+    data_values: int = 0
+
+
+MAX_TUNER_IR_NODES = 2 * MAX_IR_NODES  # IR nodes lowered for a manifest and all its arms
+MAX_TUNER_DATA_VALUES = 2 * MAX_DATA_VALUES  # data values loaded for a manifest and all its arms
+
+
 def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
-            load_data: bool = True, _data_cache: dict | None = None) -> Prepared:
+            load_data: bool = True, _work: _Work | None = None) -> Prepared:
     """Load, validate, and bind the data of a manifest (file path, YAML text or Document)."""
     t0 = time.perf_counter()
     doc = load_document(source, overrides)
@@ -74,7 +91,7 @@ def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterab
         prep.dims.setdefault("batch", manifest.trainer.batch_size)
     _check_references(prep)
     if load_data and manifest.datasets:
-        _bind_data(prep, _data_cache)
+        _bind_data(prep, _work)
     prep.seconds = time.perf_counter() - t0
     return prep
 
@@ -151,7 +168,7 @@ def resolve_optimizer(prep: Prepared) -> tuple[Any, dict[str, Any]]:
     return asset, asset.resolve_config(spec.config, bad)
 
 
-def _bind_data(prep: Prepared, cache: dict | None = None) -> None:
+def _bind_data(prep: Prepared, work: _Work | None = None) -> None:
     from caramba.data import DataError, TextDataset, load_dataset, unify_dims
 
     m, doc = prep.manifest, prep.doc
@@ -159,15 +176,17 @@ def _bind_data(prep: Prepared, cache: dict | None = None) -> None:
     for name, spec in m.datasets.items():
         key = (name, spec.model_dump_json(), str(base))  # tuner arms that keep a dataset share it
         try:
-            ds = cache.get(key) if cache is not None else None
+            ds = work.datasets.get(key) if work is not None else None
             prep.datasets[name] = ds if ds is not None else load_dataset(name, spec, base)
         except DataError as exc:
             raise doc.error(("datasets", name), exc.message, hint=exc.hint) from None
         except (OSError, ValueError, MemoryError) as exc:  # a file that is not what its source says
             raise doc.error(("datasets", name), f"dataset '{name}' cannot be loaded: {type(exc).__name__}: "
                             f"{str(exc)[:300]}") from None
-        if cache is not None:
-            cache[key] = prep.datasets[name]
+        if work is not None and ds is None:
+            ds = work.datasets[key] = prep.datasets[name]
+            width = sum(prod(f.shape) for f in ds.fields.values())
+            work.data_values += width * sum(ds.size(s) for s in ds.splits)
     if prep.data_name is None:
         return
     ds = prep.datasets[prep.data_name]
@@ -218,31 +237,42 @@ def _bind_data(prep: Prepared, cache: dict | None = None) -> None:
 
 
 def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
-          arms: bool = True, _data_cache: dict | None = None) -> tuple[Prepared, Lowered]:
+          arms: bool = True, _work: _Work | None = None) -> tuple[Prepared, Lowered]:
     """Everything ``manifest validate`` checks: load, schema, data binding and lowering to IR,
     the sizes of the model, the loss and metrics a trainer reads, and (with ``arms``) the
     manifest each tuner arm makes."""
-    cache = {} if _data_cache is None else _data_cache
-    prep = prepare(source, overrides, _data_cache=cache)
-    low = prep.lower(training=prep.manifest.trainer is not None)
-    try:
-        from caramba.ir import verify
+    work = _Work() if _work is None else _work
+    prep = prepare(source, overrides, _work=work)
+    training = prep.manifest.trainer is not None
+    key = json.dumps([prep.doc.data.get("topology"), prep.dims, training], sort_keys=True, default=str)
+    low = work.lowered.get(key)
+    if low is None:
+        low = prep.lower(training=training)
+        try:
+            from caramba.ir import verify
 
-        verify(low.graph)
-    except CarambaError as exc:  # pragma: no cover - the builder already checked every node
-        raise ManifestError(f"the lowered graph does not verify: {exc}") from None
-    check_sizes(low, prep.doc)
+            verify(low.graph)
+        except CarambaError as exc:  # pragma: no cover - the builder already checked every node
+            raise ManifestError(f"the lowered graph does not verify: {exc}") from None
+        check_sizes(low, prep.doc)
+        work.lowered[key] = low
+        work.ir_nodes += len(low.graph.nodes)
     _check_outputs(prep, low)
     _check_index_ranges(prep, low)
     m = prep.manifest
     for i, arm in enumerate(m.tuner.arms if m.tuner and arms else ()):
         more = [f"{k}={_flow(v)}" for k, v in arm.set.items()]
+        where = prep.doc.loc(("tuner", "arms", i))
         try:
-            check(prep.doc, more, arms=False, _data_cache=cache)
+            check(prep.doc, more, arms=False, _work=work)
         except ManifestError as exc:
-            where = prep.doc.loc(("tuner", "arms", i))
             raise ManifestError(exc.message, loc=(exc.loc or where).noted((f"with tuner arm '{arm.id}' at {where}",)),
                                 path=exc.path, hint=exc.hint, node=exc.node, op=exc.op) from None
+        if work.ir_nodes > MAX_TUNER_IR_NODES or work.data_values > MAX_TUNER_DATA_VALUES:
+            raise prep.doc.error(("tuner", "arms", i), f"with tuner arm '{arm.id}' the arms lower {work.ir_nodes:,} IR "
+                                 f"nodes and load {work.data_values:,} data values together, over the limits of "
+                                 f"{MAX_TUNER_IR_NODES:,} and {MAX_TUNER_DATA_VALUES:,}; use fewer arms or arms that "
+                                 "keep the model and the data")
     return prep, low
 
 

@@ -88,8 +88,8 @@ def test_base_validates():
     ("backend: cpu:threads=1", "backend: cpu:threads=0", r"must be positive"),
     ("backend: cpu:threads=1", "backend: ''", r"empty backend spec"),
     # datasets
-    ("n: 300", "n: 100000000", r"less than or equal to 10000000"),
-    ("n: 300", "n: 5000000, features: 4", r"over the limit of 8,388,608"),
+    ("n: 300", "n: 100000000", r"less than or equal to 4194304"),
+    ("n: 300", "n: 2000000, features: 4", r"over the limit of 4,194,304"),
     ("n: 300", "n: 40", r"24 training examples, fewer than the batch of 32"),
     ("{train: 0.6, val: 0.2, test: 0.2}", "{train: 0.01, val: 0.49, test: 0.5}", r"3 training examples"),
     # what the trainer reads
@@ -238,3 +238,24 @@ def test_a_big_variable_used_many_times_counts_every_use():
     with pytest.raises(ManifestError, match="more than 65536 nodes") as e:
         load_string(text, "m.yml")
     assert time.process_time() - t0 < 1.0 and e.value.line == 5  # the second use
+
+
+def test_tuner_arms_share_unchanged_work_and_are_bounded_together():
+    gpt = """\
+variables: {layers: 100}
+topology:
+  inputs: {tokens: {shape: [batch, 16], dtype: int64}, y: {shape: [batch, 16], dtype: int64}}
+  dims: {batch: 2}
+  nodes:
+    - {id: gpt, op: model.gpt, in: [tokens], config: {vocab_size: 64, context: 32, d_model: 32, layers: "${layers}", heads: 4}}
+    - {id: loss, op: loss.cross_entropy, in: [gpt, y]}
+tuner:
+  arms:
+"""
+    same = "".join(f"    - {{id: d{i}, set: {{description: arm {i}}}}}\n" for i in range(30))
+    t0 = time.process_time()
+    check(load_string(gpt + same, "m.yml"))  # 31 manifests, one model: lowered once
+    assert time.process_time() - t0 < 2.0
+    deeper = "".join(f"    - {{id: l{i}, set: {{variables.layers: {101 + i}}}}}\n" for i in range(30))
+    e = _refused(gpt + deeper, r"the arms lower [\d,]+ IR nodes .* over the limits of 20,000")
+    assert e.path and e.path.startswith("tuner.arms[")
