@@ -327,6 +327,11 @@ def _check_outputs(prep: Prepared, low: Lowered) -> None:
     if not low.params and any(r.mode == "train" for t in m.targets or [Target(name="default")] for r in t.runs):
         raise doc.error(("topology", "nodes"), "the model has no parameters to train",
                         hint="add a layer with parameters (e.g. projection.linear) or use only eval runs")
+    from caramba.run import build_optimizer  # what a run builds: the same refusals (nesterov without momentum)
+
+    for steps in sorted({r.steps if r.steps is not None else m.trainer.steps for t in m.targets for r in t.runs}
+                        or {m.trainer.steps}):
+        build_optimizer(prep, max(steps, 1))
     reserved = {"step", "lr", "grad_norm"}  # what a train step itself outputs
     for path, name in [(("trainer", "loss"), m.trainer.loss), *((("metrics", i), x) for i, x in enumerate(m.metrics))]:
         if name not in low.published:  # an alias in topology.outputs: a run reads node values

@@ -158,6 +158,7 @@ _TagLoader.add_constructor("!include", lambda loader, node: _Tagged(loader.const
 _TagDumper.add_representer(_Tagged, lambda dumper, data: dumper.represent_scalar("!include", str(data)))
 
 LONG = "x" * 100_000
+TREE_LIMIT = 200_000  # a mutant tree larger than this, expanded, is only edited as text
 EXTREMES: list[Any] = [
     0, -1, 1, 2, 3, 7, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**100, 1e308, -1e308, 5e-324,
     1e-12, 0.5, -0.5, 1.5, math.nan, math.inf, -math.inf, True, False, None, "", "0", "1e3", "nan", "yes", "null",
@@ -210,6 +211,19 @@ def _paths(data: Any, limit: int = 5000) -> list[tuple]:
             items = v.items() if isinstance(v, dict) else enumerate(v)
             stack.extend(((*path, k), x) for k, x in reversed(list(items)))
     return out
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """Values in ``data`` with aliases counted again at each use, up to ``limit`` + 1."""
+    stack, count = [data], 0
+    while stack and count <= limit:
+        v = stack.pop()
+        count += 1
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return count
 
 
 def _get(data: Any, path: tuple) -> Any:
@@ -272,7 +286,9 @@ class Mutator:
             data = yaml.load(m.text, Loader=_TagLoader)
         except (yaml.YAMLError, RecursionError, ValueError):  # a lone surrogate does not encode
             return None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict) or _expanded_size(data, TREE_LIMIT) > TREE_LIMIT:
+            return None  # an alias bomb: edit its text only (str() or a copy of it would explode)
+        return data
 
     def _dump(self, m: Mutant, data: Any) -> None:
         try:

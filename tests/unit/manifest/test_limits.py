@@ -259,3 +259,8 @@ tuner:
     deeper = "".join(f"    - {{id: l{i}, set: {{variables.layers: {101 + i}}}}}\n" for i in range(30))
     e = _refused(gpt + deeper, r"the arms lower [\d,]+ IR nodes .* over the limits of 20,000")
     assert e.path and e.path.startswith("tuner.arms[")
+
+
+def test_the_optimizer_is_built_as_a_run_builds_it():
+    text = _edit("optimizer: {op: optimizer.adamw, weight_decay: 0.0}", "optimizer: {op: optimizer.sgd, nesterov: true}")
+    _refused(text, r"nesterov needs momentum > 0 and dampening = 0", 16)
