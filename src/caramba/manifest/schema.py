@@ -281,7 +281,7 @@ class Trainer(Strict):
     eval_batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     eval_batches: int | None = Field(default=None, ge=1, le=MAX_STEPS, description="cap on eval batches per split")
     log_every: int = Field(10, ge=1, le=MAX_STEPS)
-    checkpoint_every: int | None = Field(default=None, ge=0, description="checkpoint (and commit the metrics) every N "
+    checkpoint_every: Steps | None = Field(default=None, description="checkpoint (and commit the metrics) every N "
                                          "steps; a run resumes from its newest one (default: checkpoints.every)")
 
     @field_validator("optimizer", mode="before")

@@ -264,3 +264,26 @@ tuner:
 def test_the_optimizer_is_built_as_a_run_builds_it():
     text = _edit("optimizer: {op: optimizer.adamw, weight_decay: 0.0}", "optimizer: {op: optimizer.sgd, nesterov: true}")
     _refused(text, r"nesterov needs momentum > 0 and dampening = 0", 16)
+
+
+def test_config_ranges_are_asset_data():
+    from caramba.manifest.registry import Interval, registry
+
+    beta1 = registry().get("optimizer.adam").config_index["beta1"]
+    assert beta1.range == Interval(0.0, 1.0, False, True) and 0.0 in beta1.range and 1.0 not in beta1.range
+    summary = registry().get("optimizer.adam").summary()["config"]
+    assert {"name": "beta1", "range": "[0, 1)"}.items() <= next(c for c in summary if c["name"] == "beta1").items()
+    assert str(Interval.parse("(0, inf)")) == "(0, inf)"
+    with pytest.raises(ValueError, match="range must be an interval"):
+        Interval.parse("0..1")
+
+
+def test_an_asset_with_a_bad_range_is_refused_where_it_says_so(tmp_path):
+    from caramba.manifest.registry import load_asset
+
+    path = tmp_path / "x.yml"
+    path.write_text("kind: operation\nop: test.x\ndescription: x\nir: math.exp\n"
+                    "config:\n  - {name: a, type: float, default: 0.5, range: 'zero to one'}\n")
+    with pytest.raises(ManifestError, match="range must be an interval") as e:
+        load_asset(path, "x.yml")
+    assert e.value.line == 6
