@@ -75,9 +75,14 @@ STATUSES = ("created", "running", "finished", "failed", "cancelled", "interrupte
 STALE_HEARTBEAT_S = 120.0
 HEARTBEAT_EVERY_S = 2.0
 
-_MIGRATIONS = (  # (probe, statements): columns and indexes added after the first release
+_MIGRATIONS = (  # (probe that fails while it is missing, statements): added after the first release
     ("SELECT heartbeat FROM runs LIMIT 0", ("ALTER TABLE runs ADD COLUMN heartbeat REAL",)),
     ("SELECT owner FROM runs LIMIT 0", ("ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT ''",)),
+    # one value per (run, split, name, step): a resumed run rewrites its rows, never duplicates them
+    ("SELECT 1 FROM metrics INDEXED BY metrics_key LIMIT 0", (
+        "DELETE FROM metrics WHERE rowid NOT IN (SELECT MAX(rowid) FROM metrics GROUP BY run_id, split, name, step)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS metrics_key ON metrics(run_id, split, name, step)",
+    )),
 )
 
 
@@ -422,17 +427,25 @@ class RunStore:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
+    """Add what later releases need to an existing store. Two processes may open a store at
+    once (a run and `caramba research status`): the changes are made under the write lock,
+    after looking again."""
+    if not _missing(db):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    for _probe, statements in _missing(db):
+        for st in statements:
+            db.execute(st)
+
+
+def _missing(db: sqlite3.Connection) -> list[tuple[str, tuple[str, ...]]]:
+    out = []
     for probe, statements in _MIGRATIONS:
         try:
             db.execute(probe).fetchall()
         except sqlite3.OperationalError:
-            for st in statements:
-                db.execute(st)
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'metrics_key'").fetchone() is None:
-        # one value per (run, split, name, step): a resumed run rewrites its rows, never duplicates them
-        db.execute("DELETE FROM metrics WHERE rowid NOT IN "
-                   "(SELECT MAX(rowid) FROM metrics GROUP BY run_id, split, name, step)")
-        db.execute("CREATE UNIQUE INDEX metrics_key ON metrics(run_id, split, name, step)")
+            out.append((probe, statements))
+    return out
 
 
 def _sha256(path: Path) -> tuple[str, int]:
