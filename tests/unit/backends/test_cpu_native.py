@@ -155,3 +155,26 @@ def test_concurrent_split_calls_from_two_threads_stay_correct():
             assert not errors and not any(t.is_alive() for t in threads)
         finally:
             runner.close()
+
+
+@numba.njit
+def _flip(flags, lo, hi):
+    for i in range(lo, hi):
+        flags[i] = not flags[i]
+
+
+def _flip_where_true(a, lo, hi):
+    """args [address of a bool array, its length]: flags[i] = not flags[i] for lo <= i < hi,
+    through a kernel taking the array (as the generated fused kernels do)."""
+    _flip(numba.carray(native.ptr_bool(a[0]), (a[1],)), lo, hi)
+
+
+def test_boolean_arrays_pass_through_native_blocks():
+    """A bool array is one byte per element in memory: the native blocks view it as such (a
+    fused kernel with a boolean mask input, e.g. causal attention, failed to compile)."""
+    kernel = numba.cfunc(native.BLOCK_SIG)(_flip_where_true)
+    flags = np.array([True, False, True, True, False, False, True], np.bool_)
+    args = np.array([flags.ctypes.data, flags.size], np.int64)
+    pool = native.pool(2)
+    native.run_now(pool.boxes, np.array(workers.blocks(flags.size, 3), np.int64), kernel.address, args, pool.ctl)
+    assert flags.tolist() == [False, True, False, False, True, True, False]

@@ -114,7 +114,8 @@ def _pointer_intrinsic(nb_type):
     @intrinsic
     def as_pointer(typingctx, addr):
         def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(nb_type).as_pointer())
+            # the type as stored in memory: a boolean is i1 as a value but one byte (i8) in an array
+            return builder.inttoptr(args[0], context.get_data_type(nb_type).as_pointer())
 
         return types.CPointer(nb_type)(types.int64), codegen
 
