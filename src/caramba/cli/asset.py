@@ -76,7 +76,8 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col, overflow="fold")
             for c in a.config:
                 default = "[red]required[/]" if c.required else repr(c.default)
-                desc = c.description + (f" (one of {', '.join(map(str, c.choices))})" if c.choices else "")
+                desc = c.description + (f" (one of {', '.join(map(str, c.choices))})" if c.choices else "") \
+                    + (f" (in {c.range})" if c.range else "")
                 t.add_row(c.name, c.type, default, escape(desc))
             console.print(t)
         if a.kind in ("block", "model") and a.example:
