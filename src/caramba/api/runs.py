@@ -144,7 +144,7 @@ def plan_submission(path: Path, overrides: list[str], targets: list[str], run_id
     ``data_roots`` a checkpoint given as a path must lie under the roots too."""
     from caramba.data.sources import outside_roots
     from caramba.errors import did_you_mean
-    from caramba.manifest.experiment import plan_runs
+    from caramba.run import plan_runs
 
     plans = plan_runs(path, overrides)
     doc = plans[0].prep.doc

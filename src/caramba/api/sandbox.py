@@ -40,7 +40,7 @@ MAX_JOBS = 50  # jobs a worker serves before it is replaced (caches and heap sta
 STARTUP_S = 60.0  # a worker imports numpy, pydantic and the manifest package before its first job
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY$|^AWS_|^CARAMBA_API_TOKEN$", re.IGNORECASE)
 THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-WARM = ("caramba.api.runs", "caramba.manifest.compile", "caramba.manifest.experiment", "caramba.ir.codec")
+WARM = ("caramba.api.runs", "caramba.manifest.compile", "caramba.run", "caramba.ir.codec")
 
 
 # ---- jobs: run in the worker ----------------------------------------------------------------
