@@ -37,11 +37,13 @@ targets:
 """
 
 
-def _refused(text: str, match: str, line: int | None = None) -> ManifestError:
+def _refused(text: str, match: str, line: int | None = None, cpu_limit: float | None = 2.0) -> ManifestError:
+    """The located error ``check`` raises, in under ``cpu_limit`` CPU seconds (a guard against
+    blow-ups, with a wide margin: these refusals take milliseconds)."""
     t0 = time.process_time()
     with pytest.raises(ManifestError, match=match) as e:
         check(load_string(text, "m.yml"))
-    assert time.process_time() - t0 < 2.0
+    assert cpu_limit is None or time.process_time() - t0 < cpu_limit
     assert e.value.line is not None or e.value.path, str(e.value)
     if line is not None:
         assert (e.value.file, e.value.line) == ("m.yml", line), str(e.value)
@@ -240,7 +242,7 @@ def test_a_big_variable_used_many_times_counts_every_use():
     assert time.process_time() - t0 < 1.0 and e.value.line == 5  # the second use
 
 
-def test_tuner_arms_share_unchanged_work_and_are_bounded_together():
+def test_tuner_arms_share_unchanged_work_and_are_bounded_together(monkeypatch):
     gpt = """\
 variables: {layers: 100}
 topology:
@@ -253,11 +255,16 @@ tuner:
   arms:
 """
     same = "".join(f"    - {{id: d{i}, set: {{description: arm {i}}}}}\n" for i in range(30))
-    t0 = time.process_time()
-    check(load_string(gpt + same, "m.yml"))  # 31 manifests, one model: lowered once
-    assert time.process_time() - t0 < 2.0
+    from caramba.manifest.compile import Prepared
+
+    lowered = []
+    real = Prepared.lower
+    monkeypatch.setattr(Prepared, "lower", lambda self, **kw: lowered.append(kw) or real(self, **kw))
+    check(load_string(gpt + same, "m.yml"))  # 31 manifests, one model: lowered once (counted, not timed)
+    assert len(lowered) == 1
     deeper = "".join(f"    - {{id: l{i}, set: {{variables.layers: {101 + i}}}}}\n" for i in range(30))
-    e = _refused(gpt + deeper, r"the arms lower [\d,]+ IR nodes .* over the limits of 20,000")
+    # lowering ~20,000 IR nodes to find the bound is real work (~1.7 s here): not timed
+    e = _refused(gpt + deeper, r"the arms lower [\d,]+ IR nodes .* over the limits of 20,000", cpu_limit=None)
     assert e.path and e.path.startswith("tuner.arms[")
 
 
