@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import Field
 
 from caramba.actors.base import Actor, handler
-from caramba.actors.identity import canonical
+from caramba.actors.identity import Identity, canonical
 from caramba.actors.ledger import Entry, Validity
 from caramba.actors.messages import Message
 from caramba.actors.model import Commit, GetVersion
@@ -248,9 +248,11 @@ class Experiment(Actor):
         lease: dict[str, Any] | None = None,
         orchestrator: str | None = None,
         run_store: str | None = None,
+        keys: str | None = None,
     ) -> None:
         self.spec = RunSpec.model_validate(spec)
         self.run_store_root = run_store
+        self.keys_dir = keys
         self.record: str | None = None  # this run's ID in the run store
         self.services = Services.model_validate(services or {})
         self.autostart = autostart
@@ -275,6 +277,18 @@ class Experiment(Actor):
         self._beat_at = 0.0
 
     # ---- plumbing ----------------------------------------------------------------------------------
+    @property
+    def identity(self) -> Identity:
+        """With ``keys`` (a folder), the run's own key, kept there: every incarnation and attempt
+        of the run signs as ``experiment:<run>`` with it, and that name is bound to that key
+        alone, so nobody else can speak for the run. Without, an incarnation key (Actor)."""
+        if self._identity is None and self.keys_dir is not None:
+            from pathlib import Path
+
+            name = hashlib.sha256(self.spec.run_id.encode()).hexdigest()[:32]
+            self._identity = Identity.load_or_create(Path(self.keys_dir) / f"{name}.key", f"experiment:{self.spec.run_id}")
+        return super().identity
+
     def started(self) -> None:
         self.evidence = Evidence(self, self.services.notary, manifest_hash=self.spec.manifest_hash)
         if self.autostart:

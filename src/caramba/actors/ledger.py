@@ -520,8 +520,12 @@ def actor_base(actor: str) -> str:
 
 def speaks_for(actor: str, subject: str, author: str) -> bool:
     """Whether ``actor`` may record run ``subject``'s own evidence, the run's intent having been
-    recorded by ``author``: an incarnation of the same actor, or, for a run driven by the
-    Experiment actor, any attempt of it (``experiment:<run>``, ``experiment:<run>@<lease>``)."""
+    recorded by ``author``. A run with its own key (the author's name has no ``#incarnation``)
+    is spoken for by that name alone, which the Notary binds to that key. Otherwise: an
+    incarnation of the same actor, or, for a run driven by the Experiment actor, any attempt of
+    it (``experiment:<run>``, ``experiment:<run>@<lease>``), names anyone may register."""
+    if "#" not in author:  # a run's own key (``Experiment(keys=...)``): that name and key alone
+        return actor == author
     family = f"experiment:{subject}"
 
     def of_run(name: str) -> bool:

@@ -101,7 +101,8 @@ class ActorHost:
         system = self.ensure()
         name = f"experiment:{spec.run_id}"
         try:
-            spawn_experiment(system, spec, self.services, name=name, run_store=str(self.run_store))
+            spawn_experiment(system, spec, self.services, name=name, run_store=str(self.run_store),
+                             keys=str(self.root / "keys"))  # the run's own key: only it speaks for the run
         except ActorExists:
             raise Conflict(f"run '{spec.run_id}' is already executing in this server") from None
         self.experiments[spec.run_id] = name

@@ -240,7 +240,8 @@ class Worker(Actor):
     """One node's worker: while it polls, the leases of its node stay renewed; it watches the
     experiments it spawned and gives back (``Fail``, retry) the lease of one that died. ``profile``: a HardwareProfile dict (default: probe this machine, named
     ``node_id``); ``services``: names of Notary/Storage/Model actors for its experiments;
-    ``run_store``: the run store root its experiments also record to (None: ledger only)."""
+    ``run_store``: the run store root its experiments also record to (None: ledger only);
+    ``keys``: the folder of the runs' own signing keys (shared with the other workers)."""
 
     def __init__(
         self,
@@ -252,8 +253,10 @@ class Worker(Actor):
         measure: bool = False,
         status_timeout: float = 2.0,
         run_store: str | None = None,
+        keys: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self.keys = keys
         self.run_store = run_store
         self.status_timeout = status_timeout
         self.orchestrator = orchestrator
@@ -329,6 +332,7 @@ class Worker(Actor):
                     "lease": {"lease_id": g.lease.id, "token": g.lease.token, "job_id": g.job.id},
                     "orchestrator": self.orchestrator,
                     "run_store": self.run_store,
+                    "keys": self.keys,  # every attempt of a run signs with the run's own key
                 },
                 placement=Placement(node=self.context.node),
             ).tell(Start())

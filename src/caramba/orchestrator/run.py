@@ -146,7 +146,8 @@ class Cluster:
             Worker,
             f"worker:{node_id}",
             kwargs={"node_id": node_id, "services": self.services.model_dump(), "profile": profile,
-                    "steps_per_tick": self.steps_per_tick, "run_store": self.run_store},
+                    "steps_per_tick": self.steps_per_tick, "run_store": self.run_store,
+                    "keys": str(self.root / "keys")},
             supervision=NEVER,  # a worker that dies stays dead; its leases expire and its jobs move on
         )
         self.workers[node_id] = ref

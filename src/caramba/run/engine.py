@@ -288,7 +288,7 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -
             services = start_services(system, ledger_root(store))
             ref = system.spawn(_experiment_class(), f"experiment:{spec.run_id}", kwargs={
                 "spec": spec.model_dump(mode="json"), "services": services.model_dump(), "autostart": True,
-                "run_store": str(store.root)})
+                "run_store": str(store.root), "keys": str(ledger_root(store) / "keys")})
             wait(system, ref, timeout=math.inf)
     except KeyboardInterrupt:
         store.interrupt(record, "interrupted (KeyboardInterrupt); `caramba research resume` continues it")

@@ -53,3 +53,32 @@ def test_which_names_speak_for_a_run():
     assert not speaks_for("experiment:r12#0001", "r1", author)  # another run
     assert not speaks_for("mallory#0001", "r1", author)
     assert speaks_for("tuner#2", "r1", "tuner#1") and not speaks_for("tuner2#1", "r1", "tuner#1")
+
+
+def test_a_run_with_its_own_key_is_spoken_for_by_that_key_alone(tmp_path):
+    """With ``keys``, every incarnation of a run signs as ``experiment:<run>`` with the run's key
+    (kept in the folder, so a resumed run signs with it too); nobody else can take that name, and
+    an 'attempt' name of the run is nobody's."""
+    import pytest
+
+    from caramba.actors.ledger import LedgerError
+
+    keys = tmp_path / "keys"
+    with ActorSystem() as system:
+        start_services(system, tmp_path)
+        status = run_experiment(system, RunSpec(run_id="r1", steps=20, checkpoint_every=10), keys=str(keys))
+        assert status.state == "verified"
+        notary = system.lookup("notary")
+        intent = notary.ask(Query(subject="r1", kind="intent")).entries[0]
+        assert intent.actor == "experiment:r1" and len(list(keys.iterdir())) == 1
+
+        thief = Identity.generate("experiment:r1")
+        with pytest.raises(LedgerError):
+            notary.ask(RegisterIdentity(actor=thief.name, public_key=thief.public_key,
+                                        proof=thief.sign(registration_bytes(thief.name, thief.public_key))))
+        attempt = Identity.generate("experiment:r1@evil")
+        notary.ask(RegisterIdentity(actor=attempt.name, public_key=attempt.public_key,
+                                    proof=attempt.sign(registration_bytes(attempt.name, attempt.public_key))))
+        claim = _forge(notary, attempt, "claim", "final", "r1", {"step": 20, "metrics": {"eval_loss": 1.0}}, [intent.hash])
+        v = notary.ask(ValidityOf(entry=claim.hash))
+        assert v.verdict == "VOIDED" and "only it speaks for the run" in v.explain()

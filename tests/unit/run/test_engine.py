@@ -43,6 +43,8 @@ def test_every_local_run_is_recorded_and_signed_by_the_notary(tmp_path, manifest
             progress = notary.ask(Query(subject=rec.id, kind="event", name="progress")).entries
             assert len(intents) == 1 and len(claims) == 1 and [e.payload["step"] for e in progress] == [10, 20, 30, 40]
             assert claims[0].hash == rec.summary["claim"]
+            # signed with the run's own key, kept beside the ledger: only it speaks for the run
+            assert {e.actor for e in [*intents, *claims, *progress]} == {f"experiment:{rec.id}"}
             assert claims[0].payload["metrics"]["test.loss"] == rec.summary["test.loss"]
     res = CliRunner().invoke(app, ["notary", "verify", "--store", str(store.root)])
     assert res.exit_code == 0, res.output
