@@ -100,12 +100,16 @@ def fault(system: ActorSystem) -> dict:
         after = [e.hash for e in entries]
         resumed_events = notary.ask(Query(subject="f0", name="resumed")).entries
         resumed = [e.payload["step"] for e in resumed_events]
-        # the killed attempt: the actor that recorded the intent; its last checkpoint is where to resume,
-        # and (its process dead with the worker's) it must have recorded nothing after the resume
-        first = next(e.actor for e in entries if e.subject == "f0" and e.kind == "intent")
-        mine = [e for e in entries if e.actor == first]
+        # the killed attempt's evidence is what the ledger held when it was killed (every attempt of
+        # the run signs with the run's own key, so the name does not tell them apart): its last
+        # checkpoint is where to resume, and (its process dead with the worker's) nothing about the
+        # run may be recorded between the kill and the next attempt's `resumed` event
+        before = set(killed["entries"])
+        mine = [e for e in entries if e.hash in before and e.subject == "f0"]
         killed["checkpoint"] = max((e.payload["step"] for e in mine if e.kind == "artifact"), default=None)
-        zombie = [e.seq for e in mine if resumed_events and e.seq > resumed_events[0].seq]
+        last_before = max((e.seq for e in entries if e.hash in before), default=-1)
+        zombie = [e.seq for e in entries if e.subject == "f0" and resumed_events
+                  and last_before < e.seq < resumed_events[0].seq]
         try:
             c.workers[killed["node"]].ask(WhoAmI(), timeout=30)
             dead_error = ""

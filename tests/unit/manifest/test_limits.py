@@ -37,9 +37,13 @@ targets:
 """
 
 
-def _refused(text: str, match: str, line: int | None = None, cpu_limit: float | None = 2.0) -> ManifestError:
-    """The located error ``check`` raises, in under ``cpu_limit`` CPU seconds (a guard against
-    blow-ups, with a wide margin: these refusals take milliseconds)."""
+HANG_GUARD_S = 5.0  # CPU seconds: a guard against blow-ups (which take minutes), not a timing;
+# these refusals take milliseconds here, but a loaded CI worker has measured 4x that. The 2 s
+# bound of the acceptance is the fuzzer's, measured per mutant in its own worker process.
+
+
+def _refused(text: str, match: str, line: int | None = None, cpu_limit: float | None = HANG_GUARD_S) -> ManifestError:
+    """The located error ``check`` raises, in under ``cpu_limit`` CPU seconds."""
     t0 = time.process_time()
     with pytest.raises(ManifestError, match=match) as e:
         check(load_string(text, "m.yml"))
@@ -154,7 +158,7 @@ def test_squaring_a_number_29_times_is_a_fast_error():
     t0 = time.process_time()
     with pytest.raises(ManifestError, match="outside the int64 range") as e:
         load_string(text, "m.yml")
-    assert time.process_time() - t0 < 0.5
+    assert time.process_time() - t0 < HANG_GUARD_S
     assert e.value.line == 7  # v5 = 10**32 is the first value past int64
     assert e.value.path == "variables.v5"
 
@@ -228,7 +232,7 @@ def test_a_variables_override_on_an_alias_bomb_is_fast():
     t0 = time.process_time()
     with pytest.raises(ManifestError, match="more than 65536 nodes"):  # copying for --set kept the aliases
         load_string("\n".join(lines) + "\nx: ${b8}\n", "m.yml", overrides=["variables.b0.7=y"])
-    assert time.process_time() - t0 < 1.0
+    assert time.process_time() - t0 < HANG_GUARD_S
     doc = load_string("\n".join(lines[:4]) + "\nx: ${b2}\n", "m.yml", overrides=["variables.b0.7=y"])
     assert doc.data["x"][0][0][7] == "y" and doc.data["x"][9][9][7] == "y"  # an alias is the same node
 
@@ -239,7 +243,7 @@ def test_a_big_variable_used_many_times_counts_every_use():
     t0 = time.process_time()
     with pytest.raises(ManifestError, match="more than 65536 nodes") as e:
         load_string(text, "m.yml")
-    assert time.process_time() - t0 < 1.0 and e.value.line == 5  # the second use
+    assert time.process_time() - t0 < HANG_GUARD_S and e.value.line == 5  # the second use
 
 
 def test_tuner_arms_share_unchanged_work_and_are_bounded_together(monkeypatch):
