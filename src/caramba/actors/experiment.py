@@ -628,15 +628,13 @@ class Experiment(Actor):
             self.record = spec.run_id if store.get(spec.run_id).id == spec.run_id else None
         except RunNotFound:
             self.record = None
+        group, _, name = spec.run_id.partition("/")
+        name = name or spec.run_id
         if self.record is None:
-            group, _, name = spec.run_id.partition("/")
-            name = name or spec.run_id
             old = [r for r in store.list(1000, group_id=group) if r.config.get("ledger_run") == spec.run_id]
             if old:  # a resumed run continues its record
                 self.record = old[0].id
         if self.record is None:
-            group, _, name = spec.run_id.partition("/")
-            name = name or spec.run_id
             cfg = spec.config
             rec = store.create_run(
                 str(cfg.get("experiment") or group.split("-")[0] or spec.run_id), group_id=group, arm=str(cfg.get("arm", "")),

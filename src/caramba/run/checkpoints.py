@@ -40,17 +40,17 @@ def resolve_checkpoint(prep: Prepared, target: Target, run: Run, store: Any) -> 
     if ref != "latest" and outside_roots(base, ref):  # one answer whether or not such a file exists
         raise prep.doc.error(where, "the checkpoint's path is outside the folders this server reads from",
                              hint="name a run ID, or a file inside the manifest's folder")
-    for cand in (base / Path(ref).expanduser(),):  # relative to the manifest, like its data files
-        if cand.is_file():
-            if run.checkpoint_sha256:
-                return cand, run.checkpoint_sha256
-            if run.trust_checkpoint:
-                return cand, None
-            digest = hashlib.sha256(cand.read_bytes()).hexdigest()
-            raise prep.doc.error(where, f"checkpoint file {ref} has no recorded digest, so a changed or damaged "
-                                 "file could not be told from the one you meant",
-                                 hint=f"if you trust this file, add `checkpoint_sha256: {digest}` to the run "
-                                 "(or `trust_checkpoint: true`); a run's own checkpoints are recorded")
+    cand = base / Path(ref).expanduser()  # relative to the manifest, like its data files
+    if cand.is_file():
+        if run.checkpoint_sha256:
+            return cand, run.checkpoint_sha256
+        if run.trust_checkpoint:
+            return cand, None
+        digest = hashlib.sha256(cand.read_bytes()).hexdigest()
+        raise prep.doc.error(where, f"checkpoint file {ref} has no recorded digest, so a changed or damaged "
+                             "file could not be told from the one you meant",
+                             hint=f"if you trust this file, add `checkpoint_sha256: {digest}` to the run "
+                             "(or `trust_checkpoint: true`); a run's own checkpoints are recorded")
     if store is None:
         raise prep.doc.error(where, f"checkpoint '{ref}' is not a file, and this run has no run store to look it up in")
     try:

@@ -279,6 +279,7 @@ def resume_run(ref: str, store: Any = None, progress: Progress | None = None) ->
 def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -> RunResult:
     """One Experiment actor on the in-process transport, with the Notary, Storage and Model
     actors of the store, until the run (``record`` in the run store) ends."""
+    from caramba.actors.experiment import Experiment
     from caramba.actors.services import start_services, wait
     from caramba.actors.system import ActorSystem
 
@@ -286,7 +287,7 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -
     try:
         with observe(spec.run_id, progress):
             services = start_services(system, ledger_root(store))
-            ref = system.spawn(_experiment_class(), f"experiment:{spec.run_id}", kwargs={
+            ref = system.spawn(Experiment, f"experiment:{spec.run_id}", kwargs={
                 "spec": spec.model_dump(mode="json"), "services": services.model_dump(), "autostart": True,
                 "run_store": str(store.root), "keys": str(ledger_root(store) / "keys")})
             wait(system, ref, timeout=math.inf)
@@ -322,12 +323,6 @@ def ledger_root(store: Any) -> Path:
     """Where a run store's actors keep their state: the Notary's ledger and keys, the stored
     blobs and the model versions (``<store>/cluster``, shared by local and cluster runs)."""
     return Path(store.root) / "cluster"
-
-
-def _experiment_class() -> Any:
-    from caramba.actors.experiment import Experiment
-
-    return Experiment
 
 
 def loss_curve(store: Any, run_id: str, title: str = "", baseline: tuple[str, float] | None = None) -> bytes:
