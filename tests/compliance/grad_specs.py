@@ -207,6 +207,7 @@ CASES: list[GradCase] = [
       a((3, 4), values([1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 0]), BOOL)),
     c("attention.sdpa", "float-mask-bcast", a((2, 2, 3, 4)), a((1, 2, 4, 4)), a((2, 1, 4, 2)), a((3, 4))),
     c("attention.rope", "offset", a((2, 5, 6)), offset=3, base=100.0),
+    c("attention.rope", "inv-freq-scale", a((2, 5, 6)), offset=7, inv_freq=(0.9, 0.21, 0.013), scale=1.3),
     # ---- train ----
     c("train.loss.mse", "mean", a((4, 3)), a((4, 3))),
     c("train.loss.mse", "none", a((5,)), a((5,)), reduction="none"),

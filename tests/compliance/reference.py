@@ -350,21 +350,24 @@ def sdpa_loop(q, k, v, mask=None, scale=None, causal=False) -> Expect:
     return Expect(out, err)
 
 
-def rope_loop(x: np.ndarray, base: float, offset: int) -> Expect:
-    """Rotate-half RoPE in mpmath; scale = (|x1| + |x2|) (1 + angle)."""
+def rope_loop(x: np.ndarray, base: float, offset: int, inv_freq: Sequence[float] = (), scale: float = 1.0) -> Expect:
+    """Rotate-half RoPE in mpmath: angle = (offset + t) * f_i with f_i = inv_freq[i] if given,
+    else base^(-2i/dim); cos and sin times ``scale``. Error scale = scale (|x1| + |x2|) (1 + angle)."""
     t_len, dim = x.shape[-2:]
     half = dim // 2
     out = np.empty(x.shape, dtype=np.float64)
     err = np.empty(x.shape, dtype=np.float64)
     with mp.workdps(DPS):
+        freqs = [mp.mpf(float(f)) for f in inv_freq] or [mp.power(mp.mpf(base), -mp.mpf(2 * i) / dim) for i in range(half)]
+        sc = mp.mpf(float(scale))
         for lead in np.ndindex(*x.shape[:-2]):
             for t in range(t_len):
                 for i in range(half):
-                    ang = (offset + t) * mp.power(mp.mpf(base), -mp.mpf(2 * i) / dim)
-                    cs, sn = mp.cos(ang), mp.sin(ang)
+                    ang = (offset + t) * freqs[i]
+                    cs, sn = sc * mp.cos(ang), sc * mp.sin(ang)
                     x1, x2 = mp.mpf(float(x[lead + (t, i)])), mp.mpf(float(x[lead + (t, half + i)]))
                     out[lead + (t, i)] = float(x1 * cs - x2 * sn)
                     out[lead + (t, half + i)] = float(x2 * cs + x1 * sn)
-                    e = float((abs(x1) + abs(x2)) * (1 + ang))
+                    e = float(sc * (abs(x1) + abs(x2)) * (1 + abs(ang)))
                     err[lead + (t, i)] = err[lead + (t, half + i)] = e
     return Expect(out, err)

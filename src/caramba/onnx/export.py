@@ -27,6 +27,7 @@ from caramba.ir.types import ValueType
 from caramba.onnx import special
 from caramba.onnx.emitter import IR_VERSION, OPSET, TO_ONNX, Emitter
 from caramba.ops._define import norm_axes, norm_axis
+from caramba.ops.attention import rope_tables
 from caramba.ops.shape import slice_plan, split_sizes
 
 
@@ -816,11 +817,9 @@ def _sdpa(c: Ctx, node, xs, ins):
 def _rope(c: Ctx, node, xs, ins):
     t_len, dim = ins[0].shape[-2], ins[0].shape[-1]
     half = dim // 2
-    base, offset = node.attrs["base"], node.attrs["offset"]
-    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
-    angles = (offset + np.arange(t_len, dtype=np.float64))[:, None] * inv_freq[None, :]
     d = ins[0].dtype.numpy
-    cos, sin = c.e.const(np.cos(angles).astype(d), hint="cos"), c.e.const(np.sin(angles).astype(d), hint="sin")
+    cos_t, sin_t = rope_tables(node.attrs, t_len, dim)
+    cos, sin = c.e.const(cos_t.astype(d), hint="cos"), c.e.const(sin_t.astype(d), hint="sin")
     x1, x2 = c.op("Split", xs[0], c.ints([half, half]), axis=-1, outputs=2)
     a = c.op("Sub", c.op("Mul", x1, cos), c.op("Mul", x2, sin))
     b = c.op("Add", c.op("Mul", x2, cos), c.op("Mul", x1, sin))

@@ -44,8 +44,21 @@ def _sdpa_cases():
     return cases
 
 
-def _rope_ref(x, base, offset):
-    return rope_loop(x, base, offset)
+def _rope_ref(x, base, offset, inv_freq, scale):
+    return rope_loop(x, base, offset, inv_freq, scale)
+
+
+# Explicit frequencies, written out so the reference shares nothing with caramba's rope_tables:
+# Llama 3.1's scaling (factor 8, low 1, high 4, original 8192, theta 500000) at head_dim 16 keeps
+# the four fastest (wavelength < 2048), smooths the fifth and divides the last three by 8.
+LLAMA3_16 = (1.0, 0.19392274474868576, 0.03760603093086393, 0.007292664737217109,
+             0.0005248461609929547, 3.428102195952591e-05, 6.647869871181235e-06, 1.2891731721515574e-06)
+ROPE_SCALED = (
+    ("inv-freq", (3, 5, 8), {"inv_freq": (1.0, 0.25, 0.03, 0.002)}),
+    ("scale", (2, 6, 4), {"scale": 1.1386, "offset": 4}),
+    ("inv-freq-scale-offset", (2, 3, 7, 6), {"inv_freq": (0.9, 0.21, 0.013), "scale": 0.75, "offset": 1000}),
+    ("llama3-16", (2, 12, 16), {"inv_freq": LLAMA3_16, "offset": 8000}),
+)
 
 
 ROWS = [
@@ -69,7 +82,15 @@ ROWS = [
         [
             Case(f"{label(s)}-{'-'.join(f'{k}={v}' for k, v in a.items()) or 'default'}", (arg(s, uniform(-2, 2)),), a, _rope_ref, ATT)
             for s, a in (((5, 8), {}), ((2, 3, 7, 4), {"offset": 10}), ((1, 2), {}), ((3, 64, 16), {"base": 100.0}), ((2, 0, 4), {}))
+        ]
+        + [Case(f"{label(s)}-{lab}", (arg(s, uniform(-2, 2)),), a, _rope_ref, ATT) for lab, s, a in ROPE_SCALED],
+        [
+            bad("with even dim, got \\[5, 7\\]", ((5, 7), F64)),
+            bad("needs \\[..., seq, dim\\]", ((8,), F64)),
+            bad("inv_freq needs dim/2 = 4 frequencies, got 3", ((5, 8), F64), inv_freq=(1.0, 0.5, 0.25)),
+            bad("inv_freq must be finite", ((5, 4), F64), inv_freq=(1.0, float("nan"))),
+            bad("scale must be finite and > 0, got 0.0", ((5, 4), F64), scale=0.0),
+            bad("scale must be finite and > 0, got inf", ((5, 4), F64), scale=float("inf")),
         ],
-        [bad("with even dim, got \\[5, 7\\]", ((5, 7), F64)), bad("needs \\[..., seq, dim\\]", ((8,), F64))],
     ),
 ]

@@ -47,7 +47,8 @@ def sdpa(c, ct):
 @rule("attention.rope")
 def rope(c, ct):
     # rope rotates each (x1, x2) pair by +theta; its transpose rotates by -theta, which is
-    # rope applied to (ct1, -ct2) with the second half negated again afterwards.
+    # rope applied to (ct1, -ct2) with the second half negated again afterwards. Any inv_freq
+    # and scale carry over: scale * [[c, -s], [s, c]] transposes to scale * [[c, s], [-s, c]].
     x = c.x[0]
     half = x.shape[-1] // 2
     sign = x.graph.constant(np.concatenate([np.ones(half), -np.ones(half)]).astype(x.dtype.numpy))

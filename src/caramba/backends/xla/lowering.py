@@ -25,6 +25,7 @@ from caramba.ir.graph import Node
 from caramba.ir.types import ValueType
 from caramba.ops._define import norm_axes, norm_axis
 from caramba.ops.activation import GELU_ERFC_SCALE
+from caramba.ops.attention import rope_tables
 from caramba.ops.shape import slice_plan, split_sizes
 
 Factory = Callable[[Node, tuple[ValueType, ...], "TraceContext"], Callable[..., Any]]
@@ -691,11 +692,8 @@ def _sdpa(node, ins, ctx):
 def _rope(node, ins, ctx):
     t_len, dim = ins[0].shape[-2], ins[0].shape[-1]
     half = dim // 2
-    base, offset = node.attrs["base"], node.attrs["offset"]
-    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
-    angles = (offset + np.arange(t_len, dtype=np.float64))[:, None] * inv_freq[None, :]
     d = ins[0].dtype.numpy
-    cos, sin = np.cos(angles).astype(d), np.sin(angles).astype(d)
+    cos, sin = (table.astype(d) for table in rope_tables(node.attrs, t_len, dim))
 
     def rope(x):
         x1, x2 = x[..., :half], x[..., half:]

@@ -194,7 +194,11 @@ _reg("attention.sdpa", lambda op, d: [] if d is BOOL else [
     graph(f"sdpa-addmask-{d.short}", d, [((3, 4), None, A), ((6, 4), None, A), ((6, 2), None, A), ((3, 6), None, A)],
           lambda q, k, v, m: ops.sdpa(q, k, v, m, scale=0.3)),
 ])
-_reg("attention.rope", lambda op, d: [graph(f"rope-{d.short}", d, [((2, 5, 8), None, A)], lambda x: ops.rope(x, offset=3))])
+_reg("attention.rope", lambda op, d: [
+    graph(f"rope-{d.short}", d, [((2, 5, 8), None, A)], lambda x: ops.rope(x, offset=3)),
+    graph(f"rope-scaled-{d.short}", d, [((2, 5, 8), None, A)],
+          lambda x: ops.rope(x, offset=3, inv_freq=(1.0, 0.2, 0.03, 0.004), scale=1.1)),
+])
 
 
 # ---- train -----------------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 """attention.*: sdpa as tiled GEMM (scores, scaled) -> mask/causal -> row softmax -> tiled GEMM
-with v, through two temporaries; rope with cos/sin tables computed on the host in float64
-(exactly the cpu kernel's tables) and uploaded once at compile time."""
+with v, through two temporaries; rope with the float64 cos/sin tables of
+caramba.ops.attention.rope_tables (every backend's tables) uploaded once at compile time."""
 
 from __future__ import annotations
 
 import math
 from math import prod
-
-import numpy as np
 
 from caramba.backends.codegen.cstyle import INDEX, broadcast_strides, offset, unravel
 from caramba.backends.codegen.kernels import F, bind, builder, kernel_name, map_finish, map_writer
@@ -18,6 +16,7 @@ from caramba.ir.dtypes import DType
 from caramba.ir.graph import Node
 from caramba.ir.types import ValueType
 from caramba.ops._define import broadcast_shapes
+from caramba.ops.attention import rope_tables
 
 
 @builder("attention.sdpa", F | frozenset({DType.bool}))
@@ -65,12 +64,10 @@ def _rope(node: Node, ins: tuple[ValueType, ...], e) -> Program:
     d = x.dtype
     t_len, dim = x.shape[-2], x.shape[-1]
     half = dim // 2
-    base, off = node.attrs["base"], node.attrs["offset"]
-    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
-    angles = (off + np.arange(t_len, dtype=np.float64))[:, None] * inv_freq[None, :]
+    cos_t, sin_t = rope_tables(node.attrs, t_len, dim)
     prog = Program()
-    cos = prog.const(np.cos(angles).astype(d.numpy))
-    sin = prog.const(np.sin(angles).astype(d.numpy))
+    cos = prog.const(cos_t.astype(d.numpy))
+    sin = prog.const(sin_t.astype(d.numpy))
     w = map_writer(e, kernel_name(node), prod(x.shape))
     (xb, cb, sb), (out,) = bind(w, [x, ValueType((t_len, half), d), ValueType((t_len, half), d)], [x])
     dm, hf = w.let(INDEX, w.num(dim), "dim"), w.let(INDEX, w.num(half), "half")

@@ -9,6 +9,7 @@ import numpy as np
 from caramba.backends.cpu.kernels import FLOAT, kernel
 from caramba.backends.cpu.kernels.nn import softmax
 from caramba.ir.dtypes import DType
+from caramba.ops.attention import rope_tables
 
 
 @kernel("attention.sdpa", FLOAT | {DType.bool})  # bool: a keep-mask
@@ -36,11 +37,8 @@ def _sdpa(node, ins):
 def _rope(node, ins):
     t_len, dim = ins[0].shape[-2], ins[0].shape[-1]
     half = dim // 2
-    base, offset = node.attrs["base"], node.attrs["offset"]
-    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
-    angles = (offset + np.arange(t_len, dtype=np.float64))[:, None] * inv_freq[None, :]
     d = ins[0].dtype.numpy
-    cos, sin = np.cos(angles).astype(d), np.sin(angles).astype(d)
+    cos, sin = (table.astype(d) for table in rope_tables(node.attrs, t_len, dim))
 
     def rope(x):
         x1, x2 = x[..., :half], x[..., half:]
