@@ -53,7 +53,7 @@ def summary(prep: Any, low: Any | None = None) -> dict[str, Any]:
         "name": m.name,
         "description": m.description,
         "experiment": m.is_experiment,
-        "nodes": len(m.topology.nodes),
+        "nodes": len(m.topology.all_nodes),
         "datasets": sorted(m.datasets),
         "steps": m.trainer.steps if m.trainer else None,
         "targets": [{"name": t.name, "backend": t.backend, "runs": [r.id for r in t.runs]} for t in m.targets],

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "caramba.cli.compile",
     "caramba.cli.research",
     "caramba.cli.notary",
+    "caramba.cli.model",
 )
 
 for _name in COMMAND_MODULES:

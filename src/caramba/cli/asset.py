@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="asset")
 
     @group.command("list")
-    def list_(kind: str = typer.Argument(None, help="operation, optimizer, block, model or manifest")) -> None:
+    def list_(kind: str = typer.Argument(None, help="operation, optimizer, block, model, manifest or architecture")) -> None:
         """List assets, optionally of one kind."""
         from rich.console import Console
         from rich.markup import escape
@@ -62,6 +62,11 @@ def register(app: typer.Typer) -> None:
             return
         console.print(f"[bold]{a.op}[/] ({a.kind}{', ' + a.category if a.category else ''})  {a.file}")
         console.print(escape(a.description))
+        if a.kind == "architecture":  # a Hugging Face class -> a model asset (docs/pretrained.md)
+            console.print(f"Hugging Face classes: {escape(', '.join(a.spec['architectures']))}; model: {a.spec['model']}")
+            console.print(f"config from config.json: {escape(', '.join(map(str, a.spec['variables'])))}")
+            console.print(f"{len(a.spec['tensors'])} tensor bindings; ignored: {escape(', '.join(map(str, a.spec.get('ignore') or [])) or '-')}")
+            return
         if a.ir:
             console.print(f"lowers to IR op [cyan]{a.ir}[/]")
         if a.params:

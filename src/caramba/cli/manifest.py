@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
                 )
             runs = sum(len(t.runs) for t in m.targets) * (len(m.tuner.arms) if m.tuner else 1)
             console.print(
-                f"[green]ok[/] {path}: {kind} '{m.name}': {len(m.topology.nodes)} nodes -> IR {len(low.graph.nodes)} "
+                f"[green]ok[/] {path}: {kind} '{m.name}': {len(m.topology.all_nodes)} nodes -> IR {len(low.graph.nodes)} "
                 f"nodes, {len(low.params)} parameters ({low.param_count():,} values){data}"
                 + (f"; {runs} run(s)" if m.is_experiment else "")
             )

@@ -173,8 +173,13 @@ class Runner(ABC):
         self.state = StateStore(self)
 
     # ---- transfers ---------------------------------------------------------------------
-    def upload(self, array: Any, dtype: "DType | str | None" = None) -> Tensor:
-        """Copy host data into a new tensor on this backend (the only way data enters)."""
+    def upload(self, array: Any, dtype: "DType | str | None" = None, *, donate: bool = False) -> Tensor:
+        """Copy host data into a new tensor on this backend (the only way data enters).
+
+        ``donate=True`` hands a NumPy array over: a backend whose tensors live in host memory
+        (cpu) keeps that very array (made read-only) instead of a copy, when it already has the
+        dtype and layout; the caller must not use it afterwards. Loading a large model this way
+        never holds a weight twice."""
         self._check_open()
         if isinstance(array, Tensor):
             raise TransferError(
@@ -185,7 +190,16 @@ class Runner(ABC):
         arr = np.asarray(array)
         d = as_dtype(dtype) if dtype is not None else as_dtype(arr.dtype)
         self.check_dtype(d)
+        if (donate and isinstance(array, np.ndarray) and arr.base is None and arr.flags.c_contiguous
+                and arr.flags.writeable and arr.dtype == d.numpy):
+            kept = self._adopt(arr, d)
+            if kept is not None:
+                return kept
         return self._upload(np.ascontiguousarray(arr, dtype=d.numpy).reshape(arr.shape), d)
+
+    def _adopt(self, array: np.ndarray, dtype: DType) -> Tensor | None:
+        """Keep a donated host array as a tensor without copying it (None: this backend copies)."""
+        return None
 
     def check_dtype(self, d: DType) -> None:  # noqa: B027 - optional hook
         """Raise UnsupportedOperation if tensors of dtype ``d`` cannot live here (default: all can)."""

@@ -47,7 +47,7 @@ class Prepared:
             dims["batch"] = batch
         return lower_topology(self.manifest.topology, self.doc, dims=dims, training=training,
                               outputs=list(outputs) if outputs is not None else None,
-                              name=name or self.manifest.name)
+                              name=name or self.manifest.name, model_spec=self.manifest.model)
 
 
 def load_document(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> Document:
@@ -98,7 +98,8 @@ def prepare(source: str | Path | Document, overrides: Mapping[str, Any] | Iterab
 
 def _check_references(prep: Prepared) -> None:
     m, doc = prep.manifest, prep.doc
-    published = {n.id for n in m.topology.nodes} | {o for n in m.topology.nodes for o in n.out} | set(m.topology.inputs)
+    nodes = m.topology.all_nodes
+    published = {n.id for n in nodes} | {o for n in nodes for o in n.out} | set(m.topology.inputs)
     published |= set(m.topology.outputs)
     if m.trainer is not None:
         if m.trainer.loss not in published:
@@ -244,7 +245,8 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
     work = _Work() if _work is None else _work
     prep = prepare(source, overrides, _work=work)
     training = prep.manifest.trainer is not None
-    key = json.dumps([prep.doc.data.get("topology"), prep.dims, training], sort_keys=True, default=str)
+    key = json.dumps([prep.doc.data.get("topology"), prep.doc.data.get("model"), prep.dims, training], sort_keys=True,
+                     default=str)
     low = work.lowered.get(key)
     if low is None:
         low = prep.lower(training=training)
@@ -255,6 +257,10 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
         except CarambaError as exc:  # pragma: no cover - the builder already checked every node
             raise ManifestError(f"the lowered graph does not verify: {exc}") from None
         check_sizes(low, prep.doc)
+        if prep.manifest.topology.pretrained is not None:  # every parameter has its checkpoint tensor
+            from caramba.manifest.pretrained import bind
+
+            bind(prep.manifest.topology.pretrained, low.params, prep.doc)
         work.lowered[key] = low
         work.ir_nodes += len(low.graph.nodes)
     _check_outputs(prep, low)

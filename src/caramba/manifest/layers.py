@@ -29,15 +29,14 @@ def _features(x: Value, given: int | None, what: str, axis: int = -1) -> int:
 
 @layer("linear")
 def linear(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    """y = x @ weight + bias; weight [in, out]."""
+    """y = x @ weight + bias; weight [in, out] (plus a LoRA branch when ``model.lora`` targets it)."""
     (x,) = ins
     fan_in = _features(x, c["in_features"], "in_features")
     init = c["init"]
-    bound = 1.0 / sqrt(fan_in)
-    w = ctx.param("weight", (fan_in, c["out_features"]), init, std=c["std"], bound=bound)
+    bound = 1.0 / sqrt(fan_in) if fan_in > 0 else 0.0  # no features: ctx.param refuses the shape
     if not c["bias"]:
-        return ctx.op("linalg.matmul", (x, w))
-    y = ctx.op("linalg.matmul", (x, w), name="matmul")
+        return ctx.linear(x, c["out_features"], "", init, std=c["std"], bound=bound, name=None)
+    y = ctx.linear(x, c["out_features"], "", init, std=c["std"], bound=bound, name="matmul")
     b = ctx.param("bias", (c["out_features"],), "zeros" if init == "normal" else init, bound=bound)
     return ctx.op("math.add", (y, b))
 
@@ -85,20 +84,10 @@ def layer_norm(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
     return ctx.op("nn.layer_norm", (x, g, b), {"eps": c["eps"]})
 
 
-@layer("rms_norm")
-def rms_norm(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    (x,) = ins
-    d = _features(x, c["d_model"], "d_model")
-    if not c["affine"]:
-        return ctx.op("nn.rms_norm", (x,), {"eps": c["eps"]})
-    g = ctx.param("weight", (d,), "ones")
-    return ctx.op("nn.rms_norm", (x, g), {"eps": c["eps"]})
-
-
 def _project(ctx: LayerContext, x: Value, d_out: int, name: str, bias: bool, std: float) -> Value:
-    d_in = x.shape[-1]
-    w = ctx.param(f"{name}.weight", (d_in, d_out), "normal", std=std)
-    y = ctx.op("linalg.matmul", (x, w), name=f"{name}.matmul")
+    """The linear ``<node>.<name>``: x @ weight [in, d_out] (+ bias), N(0, std) weights, zero bias;
+    a LoRA branch when ``model.lora`` targets it."""
+    y = ctx.linear(x, d_out, name, "normal", std=std, name=f"{name}.matmul")
     if bias:
         b = ctx.param(f"{name}.bias", (d_out,), "zeros")
         y = ctx.op("math.add", (y, b), name=f"{name}.add")
@@ -111,7 +100,8 @@ def multihead_attention(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) 
 
     One input [B, T, D]: self-attention with a fused qkv projection [D, 3D]. Two inputs
     (x, context): queries from x, keys and values from context ([D, 2D] projection).
-    Output projection [D, D]. ``causal`` masks future positions.
+    Output projection [D, D]. ``causal`` masks future positions. The projections are the
+    linears ``<node>.qkv`` (or ``<node>.q`` and ``<node>.kv``) and ``<node>.out``.
     """
     x = ins[0]
     if x.ndim != 3:
@@ -134,10 +124,10 @@ def multihead_attention(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) 
     heads = [ctx.op("shape.view_as_heads", (t,), {"num_heads": h}, name=f"{n}_heads") for n, t in zip("qkv", (q, k, v))]
     a = ctx.op("attention.sdpa", heads, {"causal": c["causal"], "scale": c["scale"]}, name="sdpa")
     merged = ctx.op("shape.merge_heads", (a,), name="merge")
-    w = ctx.param("out.weight", (d, d), "normal", std=c["out_std"] if c["out_std"] is not None else std)
+    out_std = c["out_std"] if c["out_std"] is not None else std
     if not bias:
-        return ctx.op("linalg.matmul", (merged, w))
-    y = ctx.op("linalg.matmul", (merged, w), name="out.matmul")
+        return ctx.linear(merged, d, "out", "normal", std=out_std, name=None)
+    y = ctx.linear(merged, d, "out", "normal", std=out_std, name="out.matmul")
     b = ctx.param("out.bias", (d,), "zeros")
     return ctx.op("math.add", (y, b))
 
@@ -217,3 +207,7 @@ def dropout(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
         return x
     seed = zlib.crc32(ctx.prefix.encode()) & 0x7FFFFFFF  # distinct masks per layer, stable across runs
     return ctx.op("nn.dropout", (x, ctx.step_key()), {"rate": c["rate"], "seed": seed})
+
+
+from caramba.manifest import layers_decoder as _layers_decoder  # noqa: E402, F401  (decoder LM layers)
+from caramba.manifest import layers_encoder as _layers_encoder  # noqa: E402, F401  (BERT-style attention with a padding mask)

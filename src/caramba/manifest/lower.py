@@ -6,6 +6,10 @@ produces its value (internal nodes are ``<id>.<part>``, nodes inside a block are
 line, and layers declare their parameters as ``Graph.state`` named after the node
 (``fc1.weight``, ``gpt.h_0.attn.qkv.weight``). Shapes are inferred by the IR builder as the
 graph is built, so a shape mismatch is reported at the manifest node that caused it.
+
+The manifest's ``model`` section (``ModelSpec``) reaches the layers through ``LayerContext``:
+``ctx.linear`` adds the LoRA branch of ``model.lora`` to the linears it targets (the math is in
+``caramba.manifest.lora``), and ``Lowered.frozen`` names the parameters a run does not train.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from caramba.ir.dtypes import DType
 from caramba.ir.dtypes import dtype as as_dtype
 from caramba.ir.graph import Graph, Origin, Ref, StateDecl, Value
 from caramba.ir.types import ValueType
+from caramba.manifest import lora as _lora
 from caramba.manifest.errors import ManifestError
 from caramba.manifest.loader import Document, _Ctx, _Expander, _plain, _Scope, _Splice
 from caramba.manifest.registry import Asset, Registry, registry
-from caramba.manifest.schema import NodeSpec, Strict, Topology, _to_manifest_error
+from caramba.manifest.schema import LoraSpec, ModelSpec, NodeSpec, Strict, Topology, _to_manifest_error
 
 MAX_BLOCK_DEPTH = 32
 MAX_IR_NODES = 10_000  # a graph this large lowers in well under a second (gpt2-small: 384 nodes)
@@ -70,6 +75,7 @@ class Lowered:
     inputs: dict[str, ValueType]
     published: dict[str, Ref]
     seconds: float = 0.0
+    frozen: frozenset[str] = frozenset()  # parameters a run does not train (model.freeze, model.lora)
 
     @property
     def outputs(self) -> dict[str, Ref]:
@@ -84,9 +90,10 @@ class Lowered:
         ops: dict[str, int] = {}
         for n in g.nodes:
             ops[n.op] = ops.get(n.op, 0) + 1
+        frozen = f", {len(self.frozen)} frozen" if self.frozen else ""
         lines = [
             f"graph {g.name}: {len(g.nodes)} nodes, {len(self.params)} parameters "
-            f"({self.param_count():,} values), lowered in {self.seconds * 1e3:.1f} ms",
+            f"({self.param_count():,} values{frozen}), lowered in {self.seconds * 1e3:.1f} ms",
             "inputs:  " + ", ".join(f"{k}: {v}" for k, v in self.inputs.items()),
             "outputs: " + ", ".join(f"{k}: {g.type_of(r)}" for k, r in g.outputs.items()),
             "ops:     " + ", ".join(f"{k} x{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])),
@@ -150,6 +157,23 @@ class LayerContext:
         self.graph.state[full] = StateDecl(full, ValueType(spec.shape, spec.dtype), "external")
         return self.read(full)
 
+    def linear(self, x: Value, d_out: int, sub: str = "", init: str = "normal", *, std: float = 0.02,
+               bound: float = 0.0, name: str | None = "matmul") -> Value:
+        """``x @ W`` with ``W`` [in, out] the parameter ``<prefix>[.<sub>].weight`` of the linear
+        ``<prefix>[.<sub>]``; when ``model.lora`` targets that linear, plus its LoRA branch
+        (``caramba.manifest.lora``). ``name`` names the IR node of the result (None: the node
+        that carries the manifest node's ID). Every layer with a weight matrix goes through here."""
+        pre = f"{sub}." if sub else ""
+        full = f"{self.prefix}.{sub}" if sub else self.prefix
+        w = self.param(f"{pre}weight", (x.shape[-1], d_out), init, std=std, bound=bound)
+        self._low.linears.append(full)
+        lora = self._low.lora
+        if lora is None or not _lora.targets(lora, full):
+            return self.op("linalg.matmul", (x, w), name=name)
+        y = self.op("linalg.matmul", (x, w), name=f"{pre}matmul" if name is None else name)
+        delta = _lora.branch(self, x, sub, d_out, lora)
+        return self.op("math.add", (y, delta), name=None if name is None else f"{pre}lora.add")
+
     def read(self, state_name: str) -> Value:
         """Read a declared parameter by its full name (used for tied weights)."""
         decl = self.graph.state.get(state_name)
@@ -197,12 +221,14 @@ class _BlockDoc(Strict):
 
 
 class _Lowering:
-    def __init__(self, reg: Registry, graph: Graph, dtype: DType, training: bool) -> None:
+    def __init__(self, reg: Registry, graph: Graph, dtype: DType, training: bool, lora: LoraSpec | None = None) -> None:
         self.registry = reg
         self.graph = graph
         self.dtype = dtype
         self.training = training
+        self.lora = lora
         self.params: dict[str, ParamSpec] = {}
+        self.linears: list[str] = []  # every linear lowered (what model.lora.targets may name)
         self.block_stack: list[str] = []
 
     def step_input(self) -> Value:
@@ -409,12 +435,14 @@ def lower_topology(
     name: str = "model",
     base: tuple = ("topology",),
     reg: Registry | None = None,
+    model_spec: ModelSpec | None = None,
 ) -> Lowered:
     """Lower ``topology`` (from ``doc``, for locations) to an IR graph.
 
     ``dims`` binds symbolic input dimensions (``batch``, ``seq``); ``outputs`` picks which
     published values become graph outputs (default: ``topology.outputs``, else the last node);
-    ``training`` selects training behaviour of layers such as dropout.
+    ``training`` selects training behaviour of layers such as dropout; ``model_spec`` (the
+    manifest's ``model`` section) adds LoRA adapters and names the frozen parameters.
     """
     t0 = time.perf_counter()
     graph = Graph(name)
@@ -424,14 +452,15 @@ def lower_topology(
         node = graph.apply("graph.input", (), {"shape": vt.shape, "dtype": vt.dtype}, id=k,
                            origin=doc.origin((*base, "inputs", k)))
         values[k] = Value(graph, node.outputs[0])
-    published, params = lower_into(graph, topology, doc, values, training=training, base=base, reg=reg)
+    published, params = lower_into(graph, topology, doc, values, training=training, base=base, reg=reg,
+                                   model_spec=model_spec)
     wanted: dict[str, str]
     if outputs is not None:
         wanted = {o: topology.outputs.get(o, o) for o in outputs}
     elif topology.outputs:
         wanted = dict(topology.outputs)
     else:
-        last = topology.nodes[-1].id
+        last = topology.all_nodes[-1].id
         wanted = {last: last}
     for out_name, src in wanted.items():
         v = published.get(src)
@@ -440,25 +469,31 @@ def lower_topology(
             raise doc.error(path, f"output '{out_name}' names '{src}', which no node produces; "
                             f"{did_you_mean(src, published)}")
         graph.output(out_name, v)
-    return Lowered(graph, params, inputs, {k: v.ref for k, v in published.items()}, time.perf_counter() - t0)
+    return Lowered(graph, params, inputs, {k: v.ref for k, v in published.items()}, time.perf_counter() - t0,
+                   frozenset(_lora.frozen(params, model_spec)))
 
 
 def lower_into(graph: Graph, topology: Topology, doc: Document, inputs: Mapping[str, Value], *,
                training: bool = False, base: tuple = ("topology",), reg: Registry | None = None,
-               ) -> tuple[dict[str, Value], dict[str, ParamSpec]]:
+               model_spec: ModelSpec | None = None) -> tuple[dict[str, Value], dict[str, ParamSpec]]:
     """Build ``topology``'s nodes into ``graph`` (e.g. a train step being built) on ``inputs``;
-    returns every published value and the parameters the layers declared."""
+    returns every published value and the parameters the layers declared. ``model_spec``: as
+    in ``lower_topology`` (its globs must each match a parameter or linear)."""
     try:
         dtype = as_dtype(topology.dtype)
     except CarambaError as exc:
         raise doc.error((*base, "dtype"), exc.message) from None
-    low = _Lowering(reg or registry(), graph, dtype, training)
+    low = _Lowering(reg or registry(), graph, dtype, training, model_spec.lora if model_spec is not None else None)
     missing = [k for k in topology.inputs if k not in inputs]
     if missing:
         raise doc.error((*base, "inputs"), f"no value given for topology input(s) {missing}")
     published: dict[str, Value] = {k: inputs[k] for k in topology.inputs}
     producers = {k: "a topology input" for k in published}
+    res = topology.pretrained
+    if res is not None:  # the checkpoint's model node, located at the from_safetensors section
+        low.lower_node(res.node, (*base, "from_safetensors"), published, "", doc, producers)
     low.lower_nodes(topology.nodes, published, "", doc, (*base, "nodes"), producers)
+    _lora.check(model_spec, low.params, low.linears, doc, training=training)
     return published, low.params
 
 

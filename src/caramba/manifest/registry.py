@@ -27,7 +27,7 @@ from caramba.ir.attrs import REQUIRED
 from caramba.manifest.errors import Loc, ManifestError, format_path, short
 from caramba.manifest.loader import Y, _plain, parse_yaml
 
-KINDS = ("operation", "optimizer", "block", "model", "manifest")
+KINDS = ("operation", "optimizer", "block", "model", "manifest", "architecture")
 CONFIG_TYPES = ("int", "float", "bool", "str", "ints", "floats", "dtype", "any", "mapping", "int?", "float?", "str?", "ints?")
 MAX_CONFIG_INT = 2**31 - 1  # sizes, axes and counts in op configs
 MAX_CONFIG_LIST = 64  # items of an ints/floats config value
@@ -36,6 +36,9 @@ _META_KEYS = {
     "kind", "op", "label", "category", "description", "inputs", "outputs", "config", "ir", "lowering",
     "params", "topology", "manifest", "example", "ir_attrs",
 }
+# an architecture entry maps a Hugging Face checkpoint onto a model asset (caramba.manifest.pretrained)
+_ARCH_KEYS = {"kind", "op", "label", "category", "description", "architectures", "model", "inputs", "outputs",
+              "variables", "tensors", "ignore", "base_prefix"}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Asset:
     manifest: Y | None = field(default=None, repr=False, compare=False)
     example: Any = field(default=None, repr=False, compare=False)
     text: str = field(default="", repr=False, compare=False)
+    spec: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # an architecture's mapping
 
     @property
     def config_index(self) -> dict[str, ConfigField]:
@@ -308,6 +312,9 @@ def load_asset(path: Path, display: str) -> Asset:
         raise ManifestError("an asset file is a mapping", loc=tree.loc)
     meta: dict[str, Any] = {}
     locs: dict[tuple, Loc] = {}
+    kind_node = tree.get("kind")
+    if kind_node is not None and kind_node.value == "architecture":
+        return _load_architecture(tree, display, text)
     for k, v in tree.value:
         if k.value not in _META_KEYS:
             raise ManifestError(f"unknown asset key '{k.value}'; {did_you_mean(k.value, _META_KEYS)}", loc=k.loc)
@@ -368,6 +375,43 @@ def load_asset(path: Path, display: str) -> Asset:
         ir=meta.get("ir"), ir_attrs=dict(meta.get("ir_attrs") or {}), lowering=meta.get("lowering"), params=tuple(meta.get("params", []) or ()),
         topology=topo, manifest=manifest, example=meta.get("example"), text=text,
     )
+
+
+def _load_architecture(tree: Y, display: str, text: str) -> Asset:
+    """An architecture entry: checked for shape here, for meaning when a checkpoint uses it."""
+    locs: dict[tuple, Loc] = {}
+    spec: dict[str, Any] = {}
+    for k, v in tree.value:
+        if k.value not in _ARCH_KEYS:
+            raise ManifestError(f"unknown architecture key '{k.value}'; {did_you_mean(k.value, _ARCH_KEYS)}", loc=k.loc)
+        spec[k.value] = _plain(v, (k.value,), locs, {})
+
+    def bad(p: tuple, msg: str) -> ManifestError:
+        return ManifestError(msg, loc=locs.get(p, tree.loc), path=format_path(p))
+
+    op = spec.get("op")
+    if not isinstance(op, str) or not op.startswith("architecture."):
+        raise bad(("op",), f"an architecture's op is architecture.<name>, got {op!r}")
+    if not isinstance(spec.get("description"), str) or not spec["description"].strip():
+        raise bad(("description",), f"asset {op} needs a description")
+    classes = spec.get("architectures")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        raise bad(("architectures",), "architectures is a list of Hugging Face class names")
+    if not isinstance(spec.get("model"), str):
+        raise bad(("model",), "model names the model asset a checkpoint maps onto")
+    inputs = spec.get("inputs")
+    if not isinstance(inputs, dict) or not inputs:
+        raise bad(("inputs",), "inputs maps each input of the model to {shape, dtype}")
+    for key in ("variables", "tensors"):
+        if not isinstance(spec.get(key), dict):
+            raise bad((key,), f"{key} is a mapping")
+    if not isinstance(spec.get("ignore", []), list):
+        raise bad(("ignore",), "ignore is a list of checkpoint tensor patterns")
+    spec["locs"] = locs
+    return Asset(kind="architecture", op=op, description=spec["description"].strip(), file=display,
+                 label=str(spec.get("label", "")), category=str(spec.get("category", "architecture")),
+                 inputs=tuple(Port(str(n)) for n in inputs), outputs=tuple(Port(str(n)) for n in spec.get("outputs") or ()),
+                 text=text, spec=spec)
 
 
 __all__ = ["KINDS", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "load_registry", "registry"]

@@ -2,8 +2,9 @@
 
 A manifest has a ``topology`` (the model: declared inputs, nodes, outputs) and, to be an
 experiment, ``datasets``, a ``trainer``, ``metrics``, ``checkpoints``, ``targets`` with runs,
-and optionally a ``tuner``. ``validate(doc)`` turns a loaded Document into a ``Manifest``
-and every validation problem into one ManifestError at the offending line.
+and optionally a ``tuner``; an optional ``model`` section freezes parameters and adds LoRA
+adapters. ``validate(doc)`` turns a loaded Document into a ``Manifest`` and every validation
+problem into one ManifestError at the offending line.
 
 Types are strict (YAML ``true`` is not a number, ``"1e3"`` is not a float), every float is
 finite and every int has bounds: the limits below are what a run accepts, so a manifest that
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from caramba.errors import did_you_mean
@@ -37,6 +38,8 @@ MAX_CLASSES = 2**16
 MAX_KEEP = 1000  # checkpoints kept per run
 MAX_ARMS = 32  # tuner arms (each is validated like a manifest of its own)
 MAX_RUNS = 1024  # planned runs: arms x targets x runs
+MAX_LORA_RANK = 4096
+MAX_PATTERNS = 256  # model.freeze globs, model.lora.targets globs
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 <= seed < 2**63")]
@@ -108,14 +111,28 @@ class NodeSpec(Strict):
         return [v] if isinstance(v, str) else v
 
 
+class FromSafetensors(Strict):
+    """A Hugging Face checkpoint as the topology's model node (docs/pretrained.md)."""
+
+    source: str = Field(min_length=1, max_length=4096, description="checkpoint directory, index or .safetensors file")
+    architecture: str | None = Field(None, max_length=200, description="default: config.json architectures[0]")
+    config: str | None = Field(None, min_length=1, max_length=4096, description="default: config.json beside the source")
+    variables: dict[Annotated[str, Field(pattern=IDENT)], Any] = Field(default_factory=dict)
+    id: str = Field("model", pattern=IDENT, description="the model node's ID (parameters are <id>.<name>)")
+    dtype: str | None = Field(None, description="parameter dtype (default: the topology's dtype)")
+    allow_narrowing: bool = Field(False, description="read wider checkpoint tensors into narrower parameters")
+
+
 class Topology(Strict):
     inputs: dict[Annotated[str, Field(pattern=IDENT)], InputSpec] = Field(default_factory=dict)
-    nodes: list[NodeSpec] = Field(min_length=1)
+    from_safetensors: FromSafetensors | None = None
+    nodes: list[NodeSpec] = Field(default_factory=list)
     outputs: dict[str, str] = Field(default_factory=dict)
     dims: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(default_factory=dict,
                                                                      description="default sizes of symbolic dims")
     dtype: str = "float64"
     description: str = ""
+    _pretrained: Any = PrivateAttr(None)  # set by resolve_pretrained
 
     @field_validator("outputs", mode="before")
     @classmethod
@@ -125,6 +142,23 @@ class Topology(Strict):
         if isinstance(v, str):
             return {v: v}
         return v
+
+    @model_validator(mode="after")
+    def _some_nodes(self) -> "Topology":
+        if not self.nodes and self.from_safetensors is None:
+            raise ValueError("a topology needs nodes (or from_safetensors: a checkpoint as its model)")
+        return self
+
+    @property
+    def pretrained(self) -> Any:
+        """The resolved ``from_safetensors`` section (``caramba.manifest.pretrained.Resolved``) or None."""
+        return self._pretrained
+
+    @property
+    def all_nodes(self) -> list[NodeSpec]:
+        """The nodes as lowered: the checkpoint's model node first, then ``nodes``."""
+        res = self.pretrained
+        return ([res.node] if res is not None else []) + list(self.nodes)
 
 
 # ---- experiment ---------------------------------------------------------------------------
@@ -343,6 +377,36 @@ class Tuner(Strict):
         return v
 
 
+# ---- fine-tuning ---------------------------------------------------------------------------
+
+Glob = Annotated[str, Field(min_length=1, max_length=1000)]
+
+
+class LoraSpec(Strict):
+    """LoRA adapters on the linears ``targets`` names (``caramba.manifest.lora``):
+    ``y = x @ W (+ b) + alpha / rank * ((drop(x) @ A) @ B)``, B zeros at the start."""
+
+    rank: int = Field(8, ge=1, le=MAX_LORA_RANK)
+    alpha: float | None = Field(default=None, gt=0, le=1e6, description="scale = alpha / rank (default: rank)")
+    targets: list[Glob] = Field(min_length=1, max_length=MAX_PATTERNS,
+                                description="fnmatch globs over linear names (gpt.h_0.attn.qkv)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA branch input while training")
+    freeze_base: bool = Field(True, description="freeze every parameter that is not a LoRA adapter")
+
+
+class ModelSpec(Strict):
+    """Fine-tuning controls of the topology's parameters: ``freeze`` globs and ``lora`` adapters."""
+
+    freeze: list[Glob] = Field(default_factory=list, max_length=MAX_PATTERNS,
+                               description="fnmatch globs over parameter names (gpt.h_0.*)")
+    lora: LoraSpec | None = None
+
+    @field_validator("freeze", mode="before")
+    @classmethod
+    def _one_glob(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
 class Manifest(Strict):
     """A whole manifest after expansion."""
 
@@ -350,6 +414,7 @@ class Manifest(Strict):
     description: str = ""
     version: Int64 | str | None = None
     topology: Topology
+    model: ModelSpec | None = Field(default=None, description="freeze parameters, LoRA adapters")
     datasets: dict[Annotated[str, Field(pattern=IDENT)], DatasetSpec] = Field(default_factory=dict)
     trainer: Trainer | None = None
     metrics: list[str] = Field(default_factory=list)
@@ -378,9 +443,32 @@ def validate(doc: Document) -> Manifest:
     if not isinstance(doc.data, dict):
         raise doc.error((), "a manifest must be a mapping of sections")
     try:
-        return Manifest.model_validate(doc.data)
+        m = Manifest.model_validate(doc.data)
     except ValidationError as exc:
         raise _to_manifest_error(doc, exc) from None
+    resolve_pretrained(m.topology, doc)
+    return m
+
+
+def resolve_pretrained(topology: Topology, doc: Document) -> None:
+    """Read a ``from_safetensors`` checkpoint's headers and config and make its model node; its
+    inputs join the topology's (a declared input of the same name wins: e.g. other dims) and,
+    with no ``outputs`` given, the model's outputs are the topology's."""
+    fs = topology.from_safetensors
+    if fs is None or topology.pretrained is not None:
+        return
+    from caramba.manifest.pretrained import resolve
+
+    if fs.dtype is not None:
+        if "dtype" in topology.model_fields_set and topology.dtype != fs.dtype:
+            raise doc.error(("topology", "from_safetensors", "dtype"), f"from_safetensors.dtype {fs.dtype} disagrees "
+                            f"with topology.dtype {topology.dtype}; give one of them")
+        topology.dtype = fs.dtype
+    res = resolve(fs, doc, topology.dtype)
+    topology._pretrained = res
+    topology.inputs = {**res.inputs, **topology.inputs}
+    if not topology.outputs:
+        topology.outputs = {name: (res.node_id if i == 0 else name) for i, name in enumerate(res.outputs)}
 
 
 def _data_path(doc: Document, loc: tuple) -> tuple:
@@ -439,7 +527,7 @@ def is_name(s: str) -> bool:
 
 
 __all__ = [
-    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "SklearnData", "GeneratedData", "InputSpec", "Manifest",
-    "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
+    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "FromSafetensors", "SklearnData", "GeneratedData", "InputSpec", "LoraSpec",
+    "Manifest", "ModelSpec", "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
     "Trainer", "Tuner", "validate",
 ]

@@ -81,6 +81,7 @@ class ManifestRun:
             raise ConfigError(f"run '{spec.run_id}': the manifest changed since the run was recorded "
                               f"(sha256 {prep.sha256[:12]}…, recorded {spec.manifest_hash[:12]}…)",
                               hint="a resumed run needs the manifest and the files it includes as they were")
+        self._check_weights(spec, prep)
         self.batch = batch = prep.dims.get("batch", t.batch_size)
         self.metric_names = list(dict.fromkeys([t.loss, *m.metrics]))
         extras = [x for x in self.metric_names if x != t.loss]
@@ -179,29 +180,24 @@ class ManifestRun:
 
     # ---- internals --------------------------------------------------------------------------------
     def _plan(self, spec: "RunSpec") -> Any:
-        from caramba.run.engine import plan_runs
+        return plan_from_spec(spec)
 
-        cfg = spec.config
-        try:
-            target, run = cfg["target"], cfg["run"]
-        except KeyError as exc:
-            raise ConfigError(f"run '{spec.run_id}': the manifest driver needs config.{exc.args[0]}") from None
-        if cfg.get("manifest_text") is not None:
-            from pathlib import Path
-
-            from caramba.manifest.loader import load_string
-
-            source: Any = load_string(cfg["manifest_text"], cfg.get("source") or "<string>",
-                                      root=Path(cfg.get("root") or "."))
-        elif cfg.get("manifest"):
-            source = cfg["manifest"]
-        else:
-            raise ConfigError(f"run '{spec.run_id}': the manifest driver needs config.manifest or config.manifest_text")
-        plans = [p for p in plan_runs(source, cfg.get("overrides"), backend=cfg.get("backend"), target=target)
-                 if p.run.id == run and p.arm == cfg.get("arm", "")]
-        if len(plans) != 1:
-            raise ConfigError(f"run '{spec.run_id}': the manifest has no run '{run}' in target '{target}'")
-        return plans[0]
+    @staticmethod
+    def _check_weights(spec: "RunSpec", prep: Any) -> None:
+        """A fine-tune reads the checkpoint files the run recorded (sha256), not whatever lies at
+        that path now."""
+        want = spec.config.get("weights_sha256")
+        if not want:
+            return
+        res = prep.manifest.topology.pretrained
+        have = res.checkpoint.digests() if res is not None else {}
+        for name, digest in sorted(want.items()):
+            if have.get(name) != digest:
+                found = f"sha256 {have[name][:12]}…" if name in have else "missing"
+                raise ConfigError(f"run '{spec.run_id}': checkpoint file {name} changed since the run was recorded "
+                                  f"({found}, recorded {digest[:12]}…)",
+                                  hint="a run reads the pretrained weights it was started with; restore them, or "
+                                       "start a new run")
 
     def _load(self, data: bytes, *, whole: bool) -> int:
         from caramba.train import safetensors
@@ -211,7 +207,11 @@ class ManifestRun:
         state = self.step_graph.graph.state
         if whole and meta.get("graph_hash") != self.trainer.graph_hash:
             raise CheckpointError(f"checkpoint of run '{self.spec.run_id}' comes from another train-step graph")
-        names = list(tensors) if whole else list(self.step_graph.model.parameters())
+        from caramba.manifest.lora import is_adapter
+
+        # a base checkpoint without adapters starts a LoRA run: the adapters keep their own init (B = 0)
+        names = list(tensors) if whole else [n for n in self.step_graph.model.parameters()
+                                             if n in tensors or not is_adapter(n)]
         for n in names:
             if n not in tensors or n not in state or tensors[n].shape != state[n].type.shape:
                 raise CheckpointError(f"checkpoint of run '{self.spec.run_id}' does not fit tensor '{n}'")
@@ -237,4 +237,32 @@ class ManifestRun:
         self._load(data, whole=False)
         self.sink.message(f"loaded checkpoint {path}" + ("" if sha else " (digest not checked: trust_checkpoint)"))
 
-__all__ = ["ManifestRun", "NullSink"]
+
+def plan_from_spec(spec: Any) -> Any:
+    """The RunPlan a recorded run spec (manifest as written, target, run, arm) describes."""
+    from caramba.run.engine import plan_runs
+
+    cfg = spec.config
+    try:
+        target, run = cfg["target"], cfg["run"]
+    except KeyError as exc:
+        raise ConfigError(f"run '{spec.run_id}': the manifest driver needs config.{exc.args[0]}") from None
+    if cfg.get("manifest_text") is not None:
+        from pathlib import Path
+
+        from caramba.manifest.loader import load_string
+
+        source: Any = load_string(cfg["manifest_text"], cfg.get("source") or "<string>",
+                                  root=Path(cfg.get("root") or "."))
+    elif cfg.get("manifest"):
+        source = cfg["manifest"]
+    else:
+        raise ConfigError(f"run '{spec.run_id}': the manifest driver needs config.manifest or config.manifest_text")
+    plans = [p for p in plan_runs(source, cfg.get("overrides"), backend=cfg.get("backend"), target=target)
+             if p.run.id == run and p.arm == cfg.get("arm", "")]
+    if len(plans) != 1:
+        raise ConfigError(f"run '{spec.run_id}': the manifest has no run '{run}' in target '{target}'")
+    return plans[0]
+
+
+__all__ = ["ManifestRun", "NullSink", "plan_from_spec"]

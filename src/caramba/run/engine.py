@@ -228,6 +228,9 @@ def run_spec(plan: RunPlan, run_id: str, store_root: str | None, data_roots: lis
         "keep_checkpoints": prep.manifest.checkpoints.keep,
         "data_roots": list(data_roots) if data_roots is not None else None,  # where it may read (a server's rule)
     }
+    pretrained = prep.manifest.topology.pretrained
+    if pretrained is not None:  # the weights a fine-tune starts from are part of what was run
+        config["weights_sha256"] = pretrained.checkpoint.digests()
     return RunSpec(run_id=run_id, driver="manifest", config=config, seed=plan.run.seed, steps=plan.steps,
                    checkpoint_every=every, manifest_hash=prep.sha256)
 

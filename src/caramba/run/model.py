@@ -22,6 +22,30 @@ def _initializer(spec: ParamSpec) -> Any:
     return init.normal(0.0, spec.std)
 
 
+class _FromCheckpoint:
+    """An initializer that is a checkpoint tensor, whatever the seed (read when first asked,
+    through a reader the model's parameters share: one tensor on the host at a time)."""
+
+    def __init__(self, reader: Any, binding: Any, allow_narrowing: bool, label: str) -> None:
+        self.reader, self.binding, self.allow_narrowing, self.label = reader, binding, allow_narrowing, label
+
+    def __call__(self, rng: Any, shape: Any, dtype: Any = None, fan: Any = None) -> Any:
+        return self.reader.read(self.binding, tuple(shape), dtype, self.allow_narrowing, self.label)
+
+
+def _checkpoint_values(prep: Prepared, params: dict[str, ParamSpec]) -> dict[str, _FromCheckpoint]:
+    res = prep.manifest.topology.pretrained
+    if res is None:
+        return {}
+    from caramba.manifest.pretrained import bind
+    from caramba.pretrained.checkpoint import TensorReader
+
+    binds = bind(res, params, prep.doc)
+    reader = TensorReader(res.checkpoint)
+    return {p: _FromCheckpoint(reader, b, res.allow_narrowing, f"tensor '{b.tensor}' (for parameter '{p}')")
+            for p, b in binds.items()}
+
+
 def manifest_model(prep: Prepared) -> Any:
     """The manifest topology as a ``caramba.train.Module``: its parameters are the layers'
     parameters (named after the manifest nodes), and calling it builds the topology into the
@@ -34,14 +58,16 @@ def manifest_model(prep: Prepared) -> Any:
             object.__setattr__(self, "prep", prep)
             low = prep.lower(batch=prep.dims.get("batch", 1), training=False)
             object.__setattr__(self, "specs", low.params)
-            for name, spec in low.params.items():
-                setattr(self, name, Parameter(spec.shape, _initializer(spec), spec.dtype))
+            loaded = _checkpoint_values(prep, low.params)  # from_safetensors: parameters start as the checkpoint's
+            for name, spec in low.params.items():  # model.freeze / model.lora: no gradient, no optimizer state
+                init = loaded.get(name) or _initializer(spec)
+                setattr(self, name, Parameter(spec.shape, init, spec.dtype, trainable=name not in low.frozen))
 
         def __call__(self, **inputs: Any) -> dict[str, Any]:
             from caramba.ir.graph import current_graph
 
             published, _ = lower_into(current_graph(), prep.manifest.topology, prep.doc, inputs,
-                                      training=self.training)
+                                      training=self.training, model_spec=prep.manifest.model)
             return published
 
         def __repr__(self) -> str:

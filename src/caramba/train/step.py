@@ -145,13 +145,13 @@ class Trainer:
     def init(self, seed: int) -> None:
         """Draw every parameter from ``seed`` on the host and upload it; reset optimizer state
         and the step counter (they are recreated as zeros on the device)."""
-        values = self.train_step.model.initial_values(seed)
+        params = self.train_step.model.parameters()
         present = set(self.runner.state)  # (StateStore lookups of missing names raise)
         for name in self.train_step.graph.state:
-            if name in present and name not in values:
+            if name in present and name not in params:
                 del self.runner.state[name]
-        for name, arr in values.items():
-            self.runner.state[name] = self.runner.upload(arr)
+        for name, p in params.items():  # one host array at a time: a large (pretrained) model is not held twice
+            self.runner.state[name] = self.runner.upload(p.initial_value(seed), donate=True)
 
     def parameters(self) -> dict[str, np.ndarray]:
         """Download every parameter (an explicit transfer)."""

@@ -454,3 +454,18 @@ def test_a_store_removed_under_a_running_server_is_503_not_500(client, store):
     r = client.get("/api/v1/runs")
     assert r.status_code == 503 and r.json()["type"] == "StoreUnavailable", r.text
     assert "store setting" in r.json()["detail"].replace("`", "")
+
+
+# ---- pretrained checkpoints ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["source", "config"])
+@pytest.mark.parametrize("path", ["/etc", "/etc/passwd", "/proc/self", "/nonexistent/ckpt", "../../../../../etc",
+                                  "~/.cache/huggingface"])
+def test_a_checkpoint_outside_the_data_roots_is_refused_alike(hardened, key, path):
+    section = f"{{source: '{path}'}}" if key == "source" else f"{{source: ckpt, config: '{path}'}}"
+    text = f"name: hf\ntopology:\n  from_safetensors: {section}\n  dims: {{batch: 1, seq: 4}}\n"
+    r = hardened.post("/api/v1/manifests/validate", json={"manifest": text})
+    assert r.status_code == 422, r.text
+    assert "outside the folders this server reads data from" in r.json()["detail"]
+    _assert_silent(r.text)

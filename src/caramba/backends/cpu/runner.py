@@ -259,6 +259,10 @@ class CpuRunner(Runner):
         arr.setflags(write=False)
         return CpuTensor(arr, self)
 
+    def _adopt(self, array: np.ndarray, dtype: DType) -> CpuTensor:
+        array.setflags(write=False)  # resident tensors are immutable; the donor gave it up
+        return CpuTensor(array, self)
+
     def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> CpuTensor:
         return CpuTensor(np.full(shape, value, dtype=dtype.numpy), self)
 
