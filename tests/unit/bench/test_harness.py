@@ -1,6 +1,7 @@
 """The benchmark harness reports disagreements as failures and never fakes missing pieces."""
 
 import numpy as np
+import pytest
 
 from benchmarks.harness import Case, NotYet, Prepared, Timing, Workload, _run_one, rel_err, run_workloads
 from benchmarks.report import failures, write_markdown
@@ -102,22 +103,26 @@ def test_memory_plan_study_reports_both_variants(tmp_path):
     assert na.status == "n/a" and "xla" in na.notes[0]
 
 
-def test_paired_timing_reports_the_median_ratio_of_alternating_pairs():
-    import time
+def test_paired_timing_reports_the_median_ratio_of_alternating_pairs(monkeypatch):
+    import types
 
-    from benchmarks.backend_overhead import paired
+    import benchmarks.backend_overhead as bo
+
+    # A clock that advances only when the timed functions run: the harness's arithmetic
+    # (calls per sample, medians, alternating pairs) is checked exactly, whatever the machine's load.
+    clock = [0.0]
+    monkeypatch.setattr(bo, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def busy(seconds):
         def run():
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
+            clock[0] += seconds
         return run
 
     order = []
     slow, fast = busy(4e-4), busy(2e-4)
-    c, p, ratio = paired(lambda: (order.append("c"), slow()), lambda: (order.append("p"), fast()), pairs=6, target_s=0.004)
-    assert 1.5 < ratio < 2.7 and 1.5 < c / p < 2.7
+    c, p, ratio = bo.paired(lambda: (order.append("c"), slow()), lambda: (order.append("p"), fast()), pairs=6,
+                            target_s=0.004)
+    assert ratio == pytest.approx(2.0) and c == pytest.approx(4e-4) and p == pytest.approx(2e-4)
     runs = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
     assert runs.count("c") >= 4 and runs.count("p") >= 4  # pair by pair, the order alternating
 
