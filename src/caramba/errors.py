@@ -104,6 +104,11 @@ class RunnerClosed(CarambaError):
     """The runner was closed; create a new one with ``caramba.compute.new``."""
 
 
+class ResourceError(CarambaError):
+    """The machine cannot provide what a graph needs (its working memory): the graph is valid,
+    but too large for here. Make it smaller (batch, model) or run it on a larger machine."""
+
+
 class ConfigError(CarambaError):
     """A setting, backend option or config string is invalid; the message lists valid ones."""
 

@@ -37,6 +37,8 @@ COMMAND_MODULES = (
     "caramba.cli.research",
     "caramba.cli.notary",
     "caramba.cli.model",
+    "caramba.cli.generate",
+    "caramba.cli.image",
 )
 
 for _name in COMMAND_MODULES:

@@ -130,23 +130,31 @@ class ArrayDataset(Dataset):
 
 
 class TextDataset(Dataset):
-    """A token stream (char-level) split contiguously; examples are windows of ``context`` tokens
-    with ``x = tokens[t : t + context]`` and ``y = tokens[t + 1 : t + context + 1]``."""
+    """A token stream split contiguously; examples are windows of ``context`` tokens with
+    ``x = tokens[t : t + context]`` and ``y = tokens[t + 1 : t + context + 1]``.
+
+    ``vocab`` lists the token of each ID; ``tokenizer`` (a ``caramba.text`` tokenizer) turns IDs
+    back into text: by default the characters of ``vocab`` (a ``CharTokenizer``). With a
+    tokenizer the info counts ``tokens`` (the source adds ``characters``)."""
 
     def __init__(self, name: str, tokens: np.ndarray, vocab: list[str], context: int, fractions: Sequence[float],
-                 info: dict[str, Any] | None = None) -> None:
+                 info: dict[str, Any] | None = None, tokenizer: Any = None) -> None:
+        from caramba.text.tokenizer import CharTokenizer
+
         n = len(tokens)
         counts = split_counts(n, fractions, name)
         bounds = np.cumsum((0, *counts))
         self.vocab = vocab
+        self.tokenizer = CharTokenizer(vocab) if tokenizer is None else tokenizer
         self.context = context
         self.streams = {s: tokens[bounds[i] : bounds[i + 1]] for i, s in enumerate(SPLITS)}
+        unit = "characters" if tokenizer is None else "tokens"
         if len(self.streams["train"]) <= context:
-            raise DataError(f"text dataset '{name}': {len(self.streams['train'])} training characters do not fill one "
+            raise DataError(f"text dataset '{name}': {len(self.streams['train'])} training {unit} do not fill one "
                             f"window of context {context}")
         fields = {"x": Field((context,), np.dtype(np.int64)), "y": Field((context,), np.dtype(np.int64))}
         info = dict(info or {})
-        info.update(vocab_size=len(vocab), context=context, characters=n)
+        info.update({"vocab_size": len(vocab), "context": context, unit: n})
         train_counts = np.bincount(self.streams["train"], minlength=len(vocab)).astype(np.float64) + 1.0
         logp = np.log(train_counts / train_counts.sum())
         for s in ("val", "test"):
@@ -182,7 +190,7 @@ class TextDataset(Dataset):
             yield self._windows(stream, starts[b : b + batch_size])
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.vocab[i] for i in ids)
+        return self.tokenizer.decode(ids)
 
 
 def unify_dims(specs: Mapping[str, Sequence[int | str]], actual: Mapping[str, tuple[int, ...]],

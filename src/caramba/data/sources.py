@@ -312,11 +312,49 @@ def _text(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
         raise DataError(f"dataset '{name}': cannot read {path.name}: {exc.strerror or type(exc).__name__}") from None
     if s.get("max_chars"):
         text = text[: s["max_chars"]]
-    vocab = sorted(set(text))
     limit = s.get("vocab_size")
+    if s.get("tokenizer") is not None:
+        return _tokenized(name, s, text, path, fractions, base)
+    vocab = sorted(set(text))
     if limit is not None and len(vocab) > limit:
         raise DataError(f"dataset '{name}': {path.name} has {len(vocab)} distinct characters, more than vocab_size {limit}")
     index = {c: i for i, c in enumerate(vocab)}
     tokens = np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
     info = {"description": f"characters of {path.name}", "source": str(path)}
     return TextDataset(name, tokens, vocab, s.get("context", 64), fractions, info)
+
+
+def _tokenized(name: str, s: Mapping[str, Any], text: str, path: Path, fractions, base: Path) -> Dataset:
+    # The `tokenizer:` option of a text dataset: a byte-level BPE trained on the text, or a tokenizer.json.
+    from caramba.text.tokenizer import TokenizerError, tokenizer_files, tokenizer_from_files, train_bpe
+
+    t = dict(s["tokenizer"])
+    try:
+        if t.get("path") is not None:
+            where = t["path"]
+            if not isinstance(where, str) or outside_roots(base, where):
+                raise _outside(name)
+            p = Path(where) if _ROOTS.get() is not None else Path(where).expanduser()  # roots refuse ~
+            files = tokenizer_files(p if p.is_absolute() else base / p)
+            if any(outside_roots(base, str(f)) for f in files.values()):  # a folder's file may link out
+                raise _outside(name)
+            tok = tokenizer_from_files(files)
+            desc = f"tokens of {path.name} ({Path(where).name} tokenizer)"
+        elif t.get("type") == "bpe" and isinstance(t.get("vocab_size"), int):
+            lines = text.splitlines(keepends=True)
+            chunks = ("".join(lines[i : i + 1000]) for i in range(0, len(lines), 1000))
+            min_frequency = t.get("min_frequency")
+            tok = train_bpe(chunks, t["vocab_size"], 2 if min_frequency is None else min_frequency)
+            desc = f"tokens of {path.name} (byte-level BPE trained on it)"
+        else:
+            raise DataError(f"dataset '{name}': tokenizer must be {{type: bpe, vocab_size: N}} or {{path: FILE}}, "
+                            f"got {sorted(t)}")
+        tokens = np.asarray(tok.encode(text), dtype=np.int64)
+    except TokenizerError as exc:
+        raise DataError(f"dataset '{name}': tokenizer: {exc.message}", hint=exc.hint) from None
+    limit = s.get("vocab_size")
+    if limit is not None and tok.vocab_size > limit:
+        raise DataError(f"dataset '{name}': its tokenizer has {tok.vocab_size} tokens, more than vocab_size {limit}")
+    vocab = [tok.id_to_token(i) or "" for i in range(tok.vocab_size)]
+    info = {"description": desc, "source": str(path), "characters": len(text)}
+    return TextDataset(name, tokens, vocab, s.get("context", 64), fractions, info, tokenizer=tok)

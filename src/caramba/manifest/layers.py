@@ -62,7 +62,8 @@ def token_embedding(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> V
 
 @layer("position_embedding")
 def position_embedding(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
-    """Learned absolute positions: the first T rows of table [context, d_model] for an input [B, T, ...]."""
+    """Learned absolute positions: the first T rows of table [context, d_model] for an input [B, T, ...].
+    With a KV cache: the rows at each token's position, [B, T, d_model]."""
     (x,) = ins
     if x.ndim < 2:
         raise CarambaError(f"needs an input [batch, seq, ...], got {x.type}")
@@ -70,6 +71,11 @@ def position_embedding(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -
     if t > c["context"]:
         raise CarambaError(f"sequence length {t} is longer than context {c['context']}")
     w = ctx.param("weight", (c["context"], c["d_model"]), "normal", std=c["std"])
+    if ctx.cache is not None:
+        if ctx.cache.capacity > c["context"]:
+            raise CarambaError(f"a cache of capacity {ctx.cache.capacity} needs positions past the {c['context']} "
+                               "rows of the position table", hint=f"use a capacity of at most {c['context']}")
+        return ctx.op("shape.gather", (w, ctx.cache_positions(t)), {"axis": 0})
     return ctx.op("shape.slice", (w,), {"starts": (0,), "ends": (t,), "axes": (0,)})
 
 
@@ -122,7 +128,14 @@ def multihead_attention(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) 
         kv = _project(ctx, ctx_v, 2 * d, "kv", bias, std)
         k, v = ctx.op("shape.split", (kv,), {"axis": -1, "num": 2}, name="split")
     heads = [ctx.op("shape.view_as_heads", (t,), {"num_heads": h}, name=f"{n}_heads") for n, t in zip("qkv", (q, k, v))]
-    a = ctx.op("attention.sdpa", heads, {"causal": c["causal"], "scale": c["scale"]}, name="sdpa")
+    if ctx.cache is not None:  # decode mode: attend over the resident keys/values, up to each position
+        if len(ins) != 1 or not c["causal"]:
+            raise CarambaError("a KV cache needs causal self-attention (one input, causal: true)")
+        keys, values = ctx.cache_append("k_cache", heads[1]), ctx.cache_append("v_cache", heads[2])
+        keep = ctx.op("shape.expand_dims", (ctx.cache_keep(x.shape[1]),), {"axes": (1,)}, name="keep")  # [B, 1, T, slots]
+        a = ctx.op("attention.sdpa", (heads[0], keys, values, keep), {"causal": False, "scale": c["scale"]}, name="sdpa")
+    else:
+        a = ctx.op("attention.sdpa", heads, {"causal": c["causal"], "scale": c["scale"]}, name="sdpa")
     merged = ctx.op("shape.merge_heads", (a,), name="merge")
     out_std = c["out_std"] if c["out_std"] is not None else std
     if not bias:
@@ -210,4 +223,5 @@ def dropout(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
 
 
 from caramba.manifest import layers_decoder as _layers_decoder  # noqa: E402, F401  (decoder LM layers)
+from caramba.manifest import layers_diffusion as _layers_diffusion  # noqa: E402, F401  (diffusion.noise)
 from caramba.manifest import layers_encoder as _layers_encoder  # noqa: E402, F401  (BERT-style attention with a padding mask)

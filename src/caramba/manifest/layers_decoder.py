@@ -21,7 +21,7 @@ from caramba.errors import CarambaError
 from caramba.ir.graph import Value
 from caramba.manifest.layers import _features, _project
 from caramba.manifest.lower import LayerContext, layer
-from caramba.ops.attention import rope_attention_scale, rope_inv_freq
+from caramba.ops.attention import rope_attention_scale, rope_inv_freq, rope_tables
 
 RMS_OFFSET_INIT = {0.0: "ones", 1.0: "zeros"}  # the weight that starts as the identity scale
 
@@ -142,6 +142,33 @@ def _rope_attrs(c: dict[str, Any], head_dim: int, seq_len: int) -> dict[str, Any
     return attrs
 
 
+def _rope_at_positions(ctx: LayerContext, x: Value, attrs: dict[str, Any], name: str) -> Value:
+    """``attention.rope`` of x [B, H, T, hd] at the cache lowering's runtime positions: the cos/sin
+    rows of ``rope_tables`` [capacity, hd/2] gathered at ``positions[:, None] + arange(T)`` and
+    the same rotate-half arithmetic as the op's kernels (``x1 cos - x2 sin``, ``x2 cos + x1 sin``)."""
+    assert ctx.cache is not None
+    b, _, t, hd = x.shape
+    key = ("rope", t, x.dtype, tuple(sorted((k, v) for k, v in attrs.items())))
+
+    def tables() -> tuple[Value, Value]:
+        cos, sin = rope_tables({"offset": 0, **attrs}, ctx.cache.capacity, hd)
+        idx = ctx.cache_positions(t)
+        rows = []
+        for part, table in (("cos", cos), ("sin", sin)):
+            tv = ctx.const(table, x.dtype, name=f"rope_{part}_table")
+            g = ctx.op("shape.gather", (tv, idx), {"axis": 0}, name=f"rope_{part}")  # [B, T, hd/2]
+            rows.append(ctx.op("shape.reshape", (g,), {"shape": (b, 1, t, hd // 2)}, name=f"rope_{part}_rows"))
+        return rows[0], rows[1]
+
+    cos, sin = ctx.shared(key, tables)
+    x1, x2 = ctx.op("shape.split", (x,), {"axis": -1, "num": 2}, name=f"{name}.halves")
+    a = ctx.op("math.sub", (ctx.op("math.mul", (x1, cos), name=f"{name}.x1cos"),
+                            ctx.op("math.mul", (x2, sin), name=f"{name}.x2sin")), name=f"{name}.first")
+    b2 = ctx.op("math.add", (ctx.op("math.mul", (x2, cos), name=f"{name}.x2cos"),
+                             ctx.op("math.mul", (x1, sin), name=f"{name}.x1sin")), name=f"{name}.second")
+    return ctx.op("shape.concat", (a, b2), {"axis": -1}, name=name)
+
+
 @layer("grouped_query_attention")
 def grouped_query_attention(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
     """Causal self-attention with ``heads`` query heads sharing ``kv_heads`` key/value heads.
@@ -179,14 +206,29 @@ def grouped_query_attention(ctx: LayerContext, ins: list[Value], c: dict[str, An
     if c["qk_norm"]:
         q = _rms(ctx, q, c["eps"], c["norm_offset"], "q_norm.weight", name="q_norm")  # over head_dim
         k = _rms(ctx, k, c["eps"], c["norm_offset"], "k_norm.weight", name="k_norm")
-    if c["rope"]:
+    cache = ctx.cache
+    if c["rope"] and cache is None:
         rope = _rope_attrs(c, hd, t)
         q = ctx.op("attention.rope", (q,), rope, name="q_rope")
         k = ctx.op("attention.rope", (k,), rope, name="k_rope")
-    # GQA: [B, KV, group, T, hd] queries against [B, KV, 1, T, hd] keys/values (broadcast)
+    elif c["rope"]:
+        scaling = c["rope_scaling"] if isinstance(c["rope_scaling"], dict) else {}
+        kind = scaling.get("rope_type") or scaling.get("type")
+        if kind == "dynamic" and (c["max_position"] is None or cache.capacity > c["max_position"]):
+            raise CarambaError(f"dynamic rope scaling changes its frequencies past max_position "
+                               f"{c['max_position']}; a KV cache of capacity {cache.capacity} would mix them",
+                               hint=f"use a capacity of at most {c['max_position']}")
+        rope = _rope_attrs(c, hd, cache.capacity)
+        q = _rope_at_positions(ctx, q, rope, "q_rope")
+        k = _rope_at_positions(ctx, k, rope, "k_rope")
+    tk = t  # keys attended: this call's, or the whole cache
+    if cache is not None:  # decode mode: append this call's keys/values to the resident cache
+        k, v = ctx.cache_append("k_cache", k), ctx.cache_append("v_cache", v)
+        tk = cache.slots
+    # GQA: [B, KV, group, T, hd] queries against [B, KV, 1, Tk, hd] keys/values (broadcast)
     q = ctx.op("shape.reshape", (q,), {"shape": (b, kvh, group, t, hd)}, name="q_groups")
-    k = ctx.op("shape.reshape", (k,), {"shape": (b, kvh, 1, t, hd)}, name="k_groups")
-    v = ctx.op("shape.reshape", (v,), {"shape": (b, kvh, 1, t, hd)}, name="v_groups")
+    k = ctx.op("shape.reshape", (k,), {"shape": (b, kvh, 1, tk, hd)}, name="k_groups")
+    v = ctx.op("shape.reshape", (v,), {"shape": (b, kvh, 1, tk, hd)}, name="v_groups")
 
     if c["scale"] is not None and c["query_scalar"] is not None:
         raise CarambaError("give scale or query_scalar, not both")
@@ -197,7 +239,10 @@ def grouped_query_attention(ctx: LayerContext, ins: list[Value], c: dict[str, An
     if window < 0:
         raise CarambaError(f"window must be >= 0 (0: no window), got {window}")
     mask = None
-    if window > 0 and window < t:  # a window as long as the sequence keeps every causal key
+    if cache is not None:  # [B, 1, 1, T, slots]: causal over absolute positions, and the window
+        keep = ctx.cache_keep(t, window)
+        mask = ctx.op("shape.reshape", (keep,), {"shape": (b, 1, 1, t, tk)}, name="keep")
+    elif window > 0 and window < t:  # a window as long as the sequence keeps every causal key
         mask = ctx.const(_keep_mask(t, window), "bool", name="window")
     if c["softcap"] is None:
         ins_ = (q, k, v) if mask is None else (q, k, v, mask)

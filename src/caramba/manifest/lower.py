@@ -10,6 +10,13 @@ graph is built, so a shape mismatch is reported at the manifest node that caused
 The manifest's ``model`` section (``ModelSpec``) reaches the layers through ``LayerContext``:
 ``ctx.linear`` adds the LoRA branch of ``model.lora`` to the linears it targets (the math is in
 ``caramba.manifest.lora``), and ``Lowered.frozen`` names the parameters a run does not train.
+
+``cache=CacheSpec(capacity, batch)`` lowers the same model for incremental decoding: the graph
+gains an input ``positions`` [batch] int64 (where each row's first token of this call sits),
+attention layers keep their keys and values as resident state ``<attn>.k_cache`` /
+``<attn>.v_cache`` [batch, kv_heads, capacity, head_dim] and attend over all of it through a
+keep-mask, and position-dependent layers read their tables at ``positions + arange(seq)``
+(the ``ctx.cache_*`` helpers). ``None`` (the default) gives today's graphs exactly.
 """
 
 from __future__ import annotations
@@ -64,6 +71,37 @@ class ParamSpec:
         if self.init == "uniform":
             d["bound"] = self.bound
         return d
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Decode-mode lowering with a resident KV cache: ``capacity`` positions per sequence
+    (prompt plus generated tokens), ``batch`` sequences. The caches are state, not parameters.
+
+    ``span`` (default: capacity) is how many leading slots this graph reads and rewrites: a
+    graph for positions below ``span`` attends over ``span`` slots and leaves the others as they
+    are, so early decode steps do not pay for the whole capacity. The caller keeps
+    ``positions + T <= span`` (``caramba.generate`` picks the span per step)."""
+
+    capacity: int
+    batch: int
+    span: int | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("capacity", "batch", "span"):
+            v = getattr(self, k)
+            if (k != "span" or v is not None) and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise CarambaError(f"cache {k} must be a positive integer, got {v!r}")
+        if self.span is not None and self.span > self.capacity:
+            raise CarambaError(f"cache span {self.span} is larger than its capacity {self.capacity}")
+
+    @property
+    def slots(self) -> int:
+        """The slots a graph of this spec reads and writes (``span``, else ``capacity``)."""
+        return self.span if self.span is not None else self.capacity
+
+
+POSITIONS = "positions"  # the cache-mode graph input: [batch] int64, each row's first position
 
 
 @dataclass
@@ -192,6 +230,122 @@ class LayerContext:
         """An int64 scalar graph input ``step`` (fed by the trainer) for per-step randomness."""
         return self._low.step_input()
 
+    # ---- decode mode (lower_topology(..., cache=CacheSpec)) ------------------------------
+    @property
+    def cache(self) -> CacheSpec | None:
+        """The KV-cache lowering (capacity, batch), or None for ordinary full-sequence graphs."""
+        return self._low.cache
+
+    def shared(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()`` once per graph for ``key`` (positions, masks, rope rows), then reused by
+        every layer that asks for the same key."""
+        memo = self._low.memo
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
+
+    def _cache_op(self, op_id: str, inputs: Sequence[Value] = (), attrs: Mapping[str, Any] | None = None,
+                  name: str = "x") -> Value:
+        return self.graph.call(op_id, inputs, attrs, id=self._low._fresh(f"cache.{name}"), origin=self.origin)
+
+    def _cache_const(self, value: int, name: str) -> Value:
+        return self.graph.constant(value, DType.int64, id=self._low._fresh(f"cache.{name}"))
+
+    def _cache_spec(self, t: int) -> CacheSpec:
+        spec = self._low.cache
+        if spec is None:
+            raise CarambaError("the KV-cache helpers need a cache lowering (lower_topology(..., cache=CacheSpec))")
+        if t > spec.slots:
+            raise CarambaError(f"{t} tokens do not fit a cache of {spec.slots} slots (capacity {spec.capacity})",
+                               hint="give a larger cache capacity (or span)")
+        return spec
+
+    def cache_positions(self, t: int) -> Value:
+        """[B, T] int64: the absolute position of each of this call's T tokens
+        (``positions[:, None] + arange(T)``)."""
+        spec = self._cache_spec(t)
+
+        def build() -> Value:
+            pos = self._low.positions_input()
+            col = self._cache_op("shape.reshape", (pos,), {"shape": (spec.batch, 1)}, "pos_col")
+            ar = self._cache_op("shape.iota", (), {"shape": (1, t), "axis": 1, "dtype": DType.int64}, "arange_t")
+            return self._cache_op("math.add", (col, ar), name="token_pos")
+
+        return self.shared(("positions", t), build)
+
+    def cache_keep(self, t: int, window: int = 0) -> Value:
+        """[B, T, slots] bool: token t of row b (at position p = positions[b] + t) sees cache
+        slot c when c <= p and, with a window W > 0, c > p - W (W keys, its own included)."""
+        spec = self._cache_spec(t)
+        window = window if 0 < window < spec.slots else 0  # a window >= the slots keeps every causal key
+
+        def build() -> Value:
+            qpos = self._cache_op("shape.reshape", (self.cache_positions(t),), {"shape": (spec.batch, t, 1)}, "qpos")
+            slots = self.shared(("slots",), lambda: self._cache_op(
+                "shape.iota", (), {"shape": (1, 1, spec.slots), "axis": 2, "dtype": DType.int64}, "slots"))
+            keep = self._cache_op("math.less_equal", (slots, qpos), name="causal")
+            if window:
+                lo = self._cache_op("math.sub", (qpos, self._cache_const(window, "window")), name="window_start")
+                inside = self._cache_op("math.greater", (slots, lo), name="in_window")
+                keep = self._cache_op("math.logical_and", (keep, inside), name="keep")
+            return keep
+
+        return self.shared(("keep", t, window), build)
+
+    def cache_append(self, name: str, new: Value) -> Value:
+        """Write ``new`` [B, H, T, D] (this call's keys or values) into the resident cache
+        ``<prefix>.<name>`` [B, H, capacity, D] at positions ``positions[b] .. + T - 1`` of each
+        row, and return the updated cache's first ``slots`` [B, H, slots, D] (a ``state.write``
+        keeps the whole cache for the next call). Slots past a row's position keep what they
+        held; the keep-mask never reads them."""
+        spec = self._cache_spec(new.shape[2] if new.ndim == 4 else 0)
+        if new.ndim != 4 or new.shape[0] != spec.batch:
+            raise CarambaError(f"a cached value must be [batch, heads, seq, dim], got {new.type}")
+        b, h, t, d = new.shape
+        full = f"{self.prefix}.{name}"
+        if full in self.graph.state:
+            raise CarambaError(f"cache '{full}' declared twice")
+        self.graph.state[full] = StateDecl(full, ValueType((b, h, spec.capacity, d), new.dtype), "zeros")
+        self._low.caches.append(full)
+        whole = self.read(full)
+        n = spec.slots
+        old = whole if n == spec.capacity else self.op(
+            "shape.slice", (whole,), {"starts": (0,), "ends": (n,), "axes": (2,)}, name=f"{name}.head")
+        slots = self.shared(("slots4",), lambda: self._cache_op(
+            "shape.iota", (), {"shape": (1, 1, n, 1), "axis": 2, "dtype": DType.int64}, "slots4"))
+        pos = self.shared(("pos4",), lambda: self._cache_op(
+            "shape.reshape", (self._low.positions_input(),), {"shape": (b, 1, 1, 1)}, "pos4"))
+        if t == 1:  # decode: one new row per sequence, broadcast into its slot
+            at = self.shared(("at",), lambda: self._cache_op("math.equal", (slots, pos), name="at"))
+            updated = self.op("math.where", (at, new, old), name=f"{name}.update")
+        else:  # slot c of row b takes new token c - positions[b] when 0 <= c - positions[b] < T
+            rel = self.shared(("rel",), lambda: self._cache_op("math.sub", (slots, pos), name="rel"))  # [B, 1, C, 1]
+            inside = self.shared(("inside", t), lambda: self._cache_op("math.logical_and", (
+                self._cache_op("math.greater_equal", (rel, self._cache_const(0, "zero")), name="from_pos"),
+                self._cache_op("math.less", (rel, self._cache_const(t, "new_len")), name="before_end")), name="inside"))
+
+            def flat_index() -> Value:  # row b's token j sits at b * T + j of the [B*T, H*D] rows
+                j = self._cache_op("math.clamp", (rel,), {"min": 0.0, "max": float(t - 1)}, "new_index")
+                rows = self._cache_op("shape.iota", (), {"shape": (b, 1, 1, 1), "axis": 0, "dtype": DType.int64}, "rows")
+                base = self._cache_op("math.mul", (rows, self._cache_const(t, "new_len")), name="row_base")
+                flat = self._cache_op("math.add", (base, j), name="flat_index")
+                return self._cache_op("shape.reshape", (flat,), {"shape": (b, n)}, "flat_index")
+
+            flat = self.shared(("index", t), flat_index)
+            rows = self.op("shape.transpose", (new,), {"perm": (0, 2, 1, 3)}, name=f"{name}.rows")  # [B, T, H, D]
+            rows = self.op("shape.reshape", (rows,), {"shape": (b * t, h * d)}, name=f"{name}.flat")
+            taken = self.op("shape.gather", (rows, flat), {"axis": 0}, name=f"{name}.take")  # [B, C, H*D]
+            taken = self.op("shape.reshape", (taken,), {"shape": (b, n, h, d)}, name=f"{name}.slots")
+            taken = self.op("shape.transpose", (taken,), {"perm": (0, 2, 1, 3)}, name=f"{name}.placed")
+            updated = self.op("math.where", (inside, taken, old), name=f"{name}.update")
+        kept = updated
+        if n < spec.capacity:  # the slots past the span, unchanged
+            tail = self.op("shape.slice", (whole,), {"starts": (n,), "ends": (spec.capacity,), "axes": (2,)},
+                           name=f"{name}.tail")
+            kept = self.op("shape.concat", (updated, tail), {"axis": 2}, name=f"{name}.whole")
+        self.graph.write(full, kept, id=self._id(f"{name}.write"))
+        return updated
+
 
 Layer = Callable[[LayerContext, list[Value], dict[str, Any]], "Value | tuple[Value, ...]"]
 LAYERS: dict[str, Layer] = {}
@@ -221,12 +375,16 @@ class _BlockDoc(Strict):
 
 
 class _Lowering:
-    def __init__(self, reg: Registry, graph: Graph, dtype: DType, training: bool, lora: LoraSpec | None = None) -> None:
+    def __init__(self, reg: Registry, graph: Graph, dtype: DType, training: bool, lora: LoraSpec | None = None,
+                 cache: CacheSpec | None = None) -> None:
         self.registry = reg
         self.graph = graph
         self.dtype = dtype
         self.training = training
         self.lora = lora
+        self.cache = cache
+        self.memo: dict[tuple, Any] = {}  # values shared by the layers of a cache lowering
+        self.caches: list[str] = []  # the KV-cache state the layers declared
         self.params: dict[str, ParamSpec] = {}
         self.linears: list[str] = []  # every linear lowered (what model.lora.targets may name)
         self.block_stack: list[str] = []
@@ -240,6 +398,17 @@ class _Lowering:
         if not self.graph.has_node("step"):
             return self.graph.input("step", (), DType.int64)
         return Value(self.graph, Ref("step"))
+
+    def positions_input(self) -> Value:
+        """The cache lowering's ``positions`` [batch] int64 graph input (made on first use)."""
+        assert self.cache is not None
+        if not self.graph.has_node(POSITIONS):
+            return self.graph.input(POSITIONS, (self.cache.batch,), DType.int64)
+        v = Value(self.graph, Ref(POSITIONS))
+        if self.graph.node(POSITIONS).op != "graph.input" or v.type != ValueType((self.cache.batch,), DType.int64):
+            raise CarambaError(f"a cache lowering needs the graph input '{POSITIONS}' [{self.cache.batch}] int64; "
+                               f"the topology already has a '{POSITIONS}' of type {v.type}")
+        return v
 
     def lower_nodes(self, nodes: list[NodeSpec], published: dict[str, Value], prefix: str, doc: Document,
                     path: tuple, producers: dict[str, str]) -> None:
@@ -436,13 +605,15 @@ def lower_topology(
     base: tuple = ("topology",),
     reg: Registry | None = None,
     model_spec: ModelSpec | None = None,
+    cache: CacheSpec | None = None,
 ) -> Lowered:
     """Lower ``topology`` (from ``doc``, for locations) to an IR graph.
 
     ``dims`` binds symbolic input dimensions (``batch``, ``seq``); ``outputs`` picks which
     published values become graph outputs (default: ``topology.outputs``, else the last node);
     ``training`` selects training behaviour of layers such as dropout; ``model_spec`` (the
-    manifest's ``model`` section) adds LoRA adapters and names the frozen parameters.
+    manifest's ``model`` section) adds LoRA adapters and names the frozen parameters;
+    ``cache`` lowers for incremental decoding with a resident KV cache (see the module docstring).
     """
     t0 = time.perf_counter()
     graph = Graph(name)
@@ -453,7 +624,7 @@ def lower_topology(
                            origin=doc.origin((*base, "inputs", k)))
         values[k] = Value(graph, node.outputs[0])
     published, params = lower_into(graph, topology, doc, values, training=training, base=base, reg=reg,
-                                   model_spec=model_spec)
+                                   model_spec=model_spec, cache=cache)
     wanted: dict[str, str]
     if outputs is not None:
         wanted = {o: topology.outputs.get(o, o) for o in outputs}
@@ -475,15 +646,19 @@ def lower_topology(
 
 def lower_into(graph: Graph, topology: Topology, doc: Document, inputs: Mapping[str, Value], *,
                training: bool = False, base: tuple = ("topology",), reg: Registry | None = None,
-               model_spec: ModelSpec | None = None) -> tuple[dict[str, Value], dict[str, ParamSpec]]:
+               model_spec: ModelSpec | None = None, cache: CacheSpec | None = None,
+               ) -> tuple[dict[str, Value], dict[str, ParamSpec]]:
     """Build ``topology``'s nodes into ``graph`` (e.g. a train step being built) on ``inputs``;
-    returns every published value and the parameters the layers declared. ``model_spec``: as
-    in ``lower_topology`` (its globs must each match a parameter or linear)."""
+    returns every published value and the parameters the layers declared. ``model_spec`` and
+    ``cache``: as in ``lower_topology`` (its globs must each match a parameter or linear)."""
     try:
         dtype = as_dtype(topology.dtype)
     except CarambaError as exc:
         raise doc.error((*base, "dtype"), exc.message) from None
-    low = _Lowering(reg or registry(), graph, dtype, training, model_spec.lora if model_spec is not None else None)
+    if cache is not None and training:
+        raise doc.error(base, "a KV-cache lowering is for inference; it cannot train")
+    low = _Lowering(reg or registry(), graph, dtype, training, model_spec.lora if model_spec is not None else None,
+                    cache)
     missing = [k for k in topology.inputs if k not in inputs]
     if missing:
         raise doc.error((*base, "inputs"), f"no value given for topology input(s) {missing}")
@@ -494,6 +669,9 @@ def lower_into(graph: Graph, topology: Topology, doc: Document, inputs: Mapping[
         low.lower_node(res.node, (*base, "from_safetensors"), published, "", doc, producers)
     low.lower_nodes(topology.nodes, published, "", doc, (*base, "nodes"), producers)
     _lora.check(model_spec, low.params, low.linears, doc, training=training)
+    if cache is not None and not low.caches:
+        raise doc.error(base, "this model has no attention layer that keeps a KV cache (causal self-attention: "
+                        "attention.sdpa, attention.gqa), so it cannot decode incrementally")
     return published, low.params
 
 
@@ -519,7 +697,7 @@ def lower_example(asset: Asset, reg: Registry | None = None) -> Lowered:
 
 
 __all__ = [
-    "LAYERS", "MAX_IR_NODES", "MAX_PARAMETERS", "MAX_VALUE_ELEMENTS", "LayerContext", "Lowered", "ParamSpec", "check_sizes", "expand_block", "origin_error", "layer", "lower_example", "lower_into", "lower_topology",
+    "LAYERS", "MAX_IR_NODES", "MAX_PARAMETERS", "MAX_VALUE_ELEMENTS", "POSITIONS", "CacheSpec", "LayerContext", "Lowered", "ParamSpec", "check_sizes", "expand_block", "origin_error", "layer", "lower_example", "lower_into", "lower_topology",
     "resolve_dims",
 ]
 

@@ -243,8 +243,32 @@ class CsvData(_Dataset):
         return v
 
 
+class TextTokenizer(Strict):
+    """How a ``text`` dataset turns its text into tokens: ``{type: bpe, vocab_size: N,
+    min_frequency: 2}`` trains a byte-level BPE on the file; ``{path: DIR_OR_FILE}`` reads a
+    Hugging Face tokenizer.json (a folder holding one, or the file)."""
+
+    type: Literal["bpe"] | None = None
+    vocab_size: int | None = Field(default=None, ge=256, le=MAX_DIM, description="tokens of the trained BPE")
+    min_frequency: int | None = Field(default=None, ge=1, le=INT64_MAX,
+                                      description="fewest occurrences of a pair the BPE merges (default 2)")
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "TextTokenizer":
+        if (self.type is None) == (self.path is None):
+            raise ValueError("give either `type: bpe` (with vocab_size) to train a tokenizer or `path:` to a "
+                             "tokenizer.json (or a folder with one)")
+        if self.type == "bpe" and self.vocab_size is None:
+            raise ValueError("a trained bpe tokenizer needs `vocab_size` (e.g. 512)")
+        if self.path is not None and (self.vocab_size is not None or self.min_frequency is not None):
+            raise ValueError("vocab_size and min_frequency train a tokenizer: drop them with `path:`")
+        return self
+
+
 class TextData(_Dataset):
-    """A char-level corpus from a local text file: windows of ``context`` chars, ``x``/``y`` shifted by one."""
+    """A corpus from a local text file: windows of ``context`` tokens, ``x``/``y`` shifted by
+    one. Tokens are characters unless ``tokenizer`` trains or names one."""
 
     source: Literal["text"]
     path: str
@@ -253,7 +277,16 @@ class TextData(_Dataset):
     encoding: str = "utf-8"
     max_chars: int | None = Field(default=None, ge=2, le=INT64_MAX)
     vocab_size: int | None = Field(default=None, ge=1, le=MAX_DIM,
-                                   description="fail if the text has more distinct characters")
+                                   description="fail if the text has more distinct characters (more tokens than "
+                                   "this with a tokenizer)")
+    tokenizer: TextTokenizer | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> "TextData":
+        t = self.tokenizer
+        if t is not None and t.vocab_size is not None and self.vocab_size is not None and self.vocab_size < t.vocab_size:
+            raise ValueError(f"vocab_size {self.vocab_size} is smaller than the tokenizer's vocab_size {t.vocab_size}")
+        return self
 
     @field_validator("encoding")
     @classmethod

@@ -1,7 +1,21 @@
 """caramba.ops: every op, by family. ``from caramba import ops; ops.gelu(x)``."""
 
 # fused: the forms the compiler's fuse pass produces; train: losses, metrics, optimizer updates
-from caramba.ops import activation, attention, fused, graph, linalg, math, nn, random, reduce, shape, state, train
+from caramba.ops import (
+    activation,
+    attention,
+    fused,
+    graph,
+    linalg,
+    math,
+    nn,
+    random,
+    reduce,
+    sample,
+    shape,
+    state,
+    train,
+)
 from caramba.ops.activation import elu, gelu, leaky_relu, relu, selu, sigmoid, silu, softplus, swiglu
 from caramba.ops.attention import rope, sdpa
 from caramba.ops.linalg import matmul, outer
@@ -79,4 +93,4 @@ from caramba.ops.shape import (
     view_as_heads,
 )
 
-FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, fused, train)
+FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, sample, fused, train)

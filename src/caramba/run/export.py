@@ -17,32 +17,21 @@ from caramba.errors import ConfigError
 def export_run(ref: str, out: str | os.PathLike[str], *, store: Any = None, fmt: str = "hf", dtype: str | None = None,
                lora: str = "merge") -> Path:
     """Write run ``ref``'s (ID, prefix or ``latest``) newest checkpoint as format ``fmt`` at ``out``."""
-    from caramba.actors.experiment import RunSpec
     from caramba.manifest.pretrained import param_specs
     from caramba.pretrained.export import export_hf
-    from caramba.run.driver import plan_from_spec
-    from caramba.store.runs import open_runs
-    from caramba.train.checkpoint import read_checkpoint
+    from caramba.run.trained import load_trained
 
     if fmt != "hf":
         raise ConfigError(f"unknown export format {fmt!r}; this command writes: hf")
-    store = store if store is not None else open_runs()
-    rec = store.get(ref)
-    if "spec" not in rec.config:
-        raise ConfigError(f"run {rec.id} has no recorded run spec (it was made before runs recorded their manifest)")
-    ckpts = store.artifacts(rec.id, "checkpoint")
-    if not ckpts:
-        raise ConfigError(f"run {rec.id} saved no checkpoint, so there are no trained weights to export")
-    newest = ckpts[-1]
-    prep = plan_from_spec(RunSpec.model_validate(rec.config["spec"])).prep
-    tensors, info = read_checkpoint(newest.path, newest.sha256)
+    run = load_trained(ref, store, purpose="export")
+    prep, tensors = run.prep, run.params
     names = param_specs(prep)
     missing = sorted(set(names) - set(tensors))
     if missing:
-        raise ConfigError(f"run {rec.id}'s checkpoint lacks parameter '{missing[0]}' ({len(missing)} missing)")
+        raise ConfigError(f"run {run.run_id}'s checkpoint lacks parameter '{missing[0]}' ({len(missing)} missing)")
     params = {k: tensors[k] for k in names}
     return export_hf(prep, params, out, dtype=dtype, lora=lora,
-                     provenance={"run": rec.id, "step": str(info.step), "checkpoint_sha256": newest.sha256 or ""})
+                     provenance={"run": run.run_id, "step": str(run.step), "checkpoint_sha256": run.checkpoint_sha256})
 
 
 __all__ = ["export_run"]

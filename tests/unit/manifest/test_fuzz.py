@@ -20,6 +20,9 @@ fails the test instead of hanging it. It asserts:
   runs); mutants of a seed manifest that does not itself run here (a backend bug) are left out
   and counted. A run that ran and diverged (the loss or a metric became nan under a finite but
   huge learning rate) is counted apart: validation checks values, not the arithmetic they cause.
+  So is a run refused with a ResourceError (its compiled step needs more working memory than
+  this host has: a 65,536 batch): validation bounds each value, not the machine a run lands on;
+  the run must fail at once with that error, not crash or retry.
 
 The quick tests check ``FAST_MUTANTS`` mutants and run ``FAST_RUNS``; the slow ones check
 ``SLOW_MUTANTS`` with a fixed seed (about 70 s on one core) and run ``SLOW_RUNS`` (about 2
@@ -66,6 +69,7 @@ RUN_MAX_RUNS = 4
 # A run whose numbers overflow (a finite but huge lr or weight decay) fails after it ran: the
 # values were valid, the arithmetic diverged. Counted and reported, not a validation miss.
 DIVERGED = re.compile(r"the loss became|invariant finite_metrics: metric '[\w.]+' is (nan|-?inf)")
+TOO_BIG_HERE = re.compile(r"^ResourceError: the compiled graph needs [\d.]+ GiB of working memory")
 
 # ---- text fuzzers of the loader ------------------------------------------------------------
 
@@ -729,6 +733,8 @@ def run_sample(rep: Report, count: int, seed: int) -> tuple[int, list[str], dict
             bad = [r["error"] for r in a.get("runs", []) if r["status"] != "finished"]
             if a["status"] == "ok" and bad and all(DIVERGED.search(e) for e in bad):
                 left_out["ran and diverged"] = left_out.get("ran and diverged", 0) + 1
+            elif a["status"] == "ok" and bad and all(TOO_BIG_HERE.search(e) for e in bad):
+                left_out["too big for this host"] = left_out.get("too big for this host", 0) + 1
             elif a["status"] != "ok" or bad:
                 errs = a.get("message") or "; ".join(bad)
                 failures.append(f"{m.seed.name} after {m.ops} {m.overrides}: {a['status']}: {errs[:400]}")

@@ -128,7 +128,15 @@ def _hints(graph: Graph, writes_out: frozenset[str]) -> dict[Ref, tuple[bool, bo
 
 def _arena(nbytes: int) -> np.ndarray:
     """``nbytes`` of storage starting on a 64-byte boundary."""
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    try:
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+    except MemoryError:
+        from caramba.errors import ResourceError
+
+        raise ResourceError(
+            f"the compiled graph needs {nbytes / 2**30:.1f} GiB of working memory (its planned buffers) and this "
+            "host could not allocate it", backend="cpu",
+            hint="make the batch or the model smaller (e.g. trainer.batch_size), or run on a larger machine") from None
     start = (-raw.ctypes.data) % 64
     return raw[start : start + nbytes]
 

@@ -704,4 +704,5 @@ def _rope(node, ins, ctx):
 
 __all__ = ["DTYPES", "INTS", "RULES", "TraceContext", "rule"]
 
+from caramba.backends.xla import sample as _sample  # noqa: E402,F401  (registers sample.token)
 from caramba.backends.xla import train as _train  # noqa: E402,F401  (registers the train.* rules)

@@ -70,6 +70,7 @@ def _load() -> None:
         nn,
         random,
         reduce,
+        sample,
         shape,
         train,
     )
