@@ -124,3 +124,18 @@ def test_actor_run_evidence_models_and_notary_pages(page, login, artifacts):
     page.locator("#ledger-integrity [data-status=valid]").wait_for()
     page.screenshot(path=str(artifacts / "notary.png"), full_page=True)
     assert page.js_errors == []
+
+
+def test_generate_page_sends_the_request_and_shows_the_refusal(page, login):
+    """The Generate page posts to /api/v1/generate and shows the server's answer; this server has
+    no data roots, so any checkpoint folder is refused (the streaming itself is tested through the
+    API in tests/unit/api/test_api_generate.py)."""
+    page.goto(f"{login}/#/generate")
+    page.fill("#gen-model", "./some-checkpoint")
+    page.fill("#gen-prompt", "the cat")
+    page.click("#gen-go")
+    err = page.locator(".errors")
+    err.wait_for()
+    assert "outside the folders this server reads data from" in err.inner_text()
+    assert page.locator("a[data-nav=generate].on").count() == 1
+    assert page.js_errors == []

@@ -255,3 +255,28 @@ class SubmitOut(BaseModel):
     group_id: str = Field(description="filter GET /runs by it to follow every run of this submission")
     planned: list[PlannedRun]
     runs: list[RunOut] = Field(description="the runs recorded so far (they start one after another)")
+
+
+MAX_PROMPT_CHARS = 65_536
+MAX_GENERATE_TOKENS = 1024
+MAX_GENERATE_CAPACITY = 8192
+
+
+class GenerateIn(TextBody):
+    """Continue ``prompt`` with a language model: a Hugging Face folder under the server's data
+    roots (``serve_data_roots``) or a run in its store (a character-level text run). Sampler
+    settings as in ``caramba generate`` (temperature 0: greedy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=4096, description="a checkpoint folder under the data roots, or a run ID")
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_GENERATE_TOKENS)
+    temperature: float = Field(0.0, ge=0.0, le=100.0, allow_inf_nan=False)
+    top_k: int = Field(0, ge=0, le=1 << 20)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    min_p: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=(1 << 63) - 1)
+    backend: str = Field("cpu", max_length=200, pattern=r"^[A-Za-z0-9_:=,.\-]+$")
+    capacity: int | None = Field(None, ge=1, le=MAX_GENERATE_CAPACITY, description="KV-cache positions")

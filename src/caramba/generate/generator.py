@@ -412,7 +412,10 @@ def is_checkpoint_folder(path: str | os.PathLike[str]) -> bool:
     from pathlib import Path
 
     p = Path(path)
-    return p.is_dir() and (p / "config.json").is_file()
+    try:
+        return p.is_dir() and (p / "config.json").is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a folder
+        return False
 
 
 __all__ = ["GREEDY", "CapacityError", "Generator", "Sampler", "is_checkpoint_folder", "model_context", "run_model"]

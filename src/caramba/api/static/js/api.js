@@ -65,3 +65,39 @@ export function streamMetrics(runId, { after = null, onPoints, onStatus, onEnd }
   });
   return es;
 }
+
+// Stream a generation: POST /generate answers with server-sent events, which EventSource cannot
+// send a body for, so the stream is read with fetch. onEvent(kind, data) per event; resolves at
+// the end; abort with the returned controller.
+export function streamGenerate(body, onEvent) {
+  const controller = new AbortController();
+  const headers = { Accept: "text/event-stream", "Content-Type": "application/json" };
+  const token = getToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const done = (async () => {
+    const res = await fetch(`${API}/generate`, { method: "POST", headers, body: JSON.stringify(body), signal: controller.signal });
+    if (!res.ok) {
+      const text = await res.text();
+      let data = null;
+      try { data = JSON.parse(text); } catch { data = { detail: text }; }
+      throw new ApiError(res.status, data);
+    }
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done: end } = await reader.read();
+      if (end) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const kind = (block.match(/^event: (.*)$/m) || [])[1];
+        const data = block.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        if (kind) onEvent(kind, JSON.parse(data));
+      }
+    }
+  })();
+  return { controller, done };
+}

@@ -1,6 +1,6 @@
 // The caramba web UI: a hash router over a few views, all data from /api/v1.
 
-import { ApiError, get, getToken, post, setToken, streamMetrics } from "./api.js";
+import { ApiError, get, getToken, post, setToken, streamGenerate, streamMetrics } from "./api.js";
 import { fmt, LineChart } from "./chart.js";
 import { badge, errorList, h, svgNode, table, when } from "./dom.js";
 
@@ -539,6 +539,61 @@ async function notaryView(query) {
   }
 }
 
+// ---- generate ----------------------------------------------------------------------------
+
+async function generateView() {
+  const sc = newScope();
+  const field = (id, attrs) => h("input", { id, ...attrs });
+  const model = field("gen-model", { placeholder: "checkpoint folder under the data roots, or a run ID", size: 48 });
+  const prompt = h("textarea", { id: "gen-prompt", rows: 4, cols: 70, placeholder: "prompt" });
+  const n = field("gen-n", { type: "number", value: 64, min: 1, max: 1024 });
+  const temperature = field("gen-temperature", { type: "number", value: 0, min: 0, step: 0.1 });
+  const topP = field("gen-top-p", { type: "number", value: 1, min: 0.01, max: 1, step: 0.01 });
+  const seed = field("gen-seed", { type: "number", value: 0, min: 0 });
+  const out = h("pre", { id: "gen-out", class: "generated" });
+  const status = h("p", { class: "muted", id: "gen-status" });
+  const errors = h("div");
+  let running = null;
+  const stop = h("button", { type: "button", disabled: true, onclick: () => running && running.controller.abort() }, "Stop");
+  const go = h("button", { type: "submit", id: "gen-go" }, "Generate");
+  const form = h("form", {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      out.textContent = "";
+      errors.replaceChildren();
+      status.textContent = "loading the model…";
+      go.disabled = true;
+      stop.disabled = false;
+      const body = { model: model.value.trim(), prompt: prompt.value, max_new_tokens: Number(n.value),
+        temperature: Number(temperature.value), top_p: Number(topP.value), seed: Number(seed.value) };
+      running = streamGenerate(body, (kind, data) => {
+        if (!sc.alive) return;
+        if (kind === "start") status.textContent = `${data.model}: ${data.prompt_tokens} prompt tokens`;
+        if (kind === "token") out.textContent += data.text;
+        if (kind === "end") status.textContent = `${data.tokens} tokens (${data.reason})`;
+        if (kind === "error") errors.replaceChildren(h("div", { class: "errors" }, data.message));
+      });
+      sc.streams.push({ close: () => running.controller.abort() });
+      try {
+        await running.done;
+      } catch (err) {
+        if (err.name !== "AbortError") errors.replaceChildren(failure(err));
+        status.textContent = err.name === "AbortError" ? "stopped" : "";
+      } finally {
+        go.disabled = false;
+        stop.disabled = true;
+      }
+    },
+  },
+  h("p", {}, h("label", { for: "gen-model" }, "model "), model),
+  h("p", {}, prompt),
+  h("p", {}, "new tokens ", n, " temperature ", temperature, " top-p ", topP, " seed ", seed, " ", go, " ", stop));
+  show(h("h1", {}, "Generate"),
+    h("p", { class: "muted" }, "Try a language model: a Hugging Face folder under the server's data roots, or a run of a "
+      + "character-level text experiment. Tokens stream as they come (KV cache on the server's backend)."),
+    form, errors, status, out);
+}
+
 // ---- router ------------------------------------------------------------------------------
 
 const ROUTES = [
@@ -550,6 +605,7 @@ const ROUTES = [
   [/^\/backends$/, "backends", () => backendsView()],
   [/^\/models(?:\/(.+))?$/, "models", (m) => modelsView(m[1] && decodeURIComponent(m[1]))],
   [/^\/notary(?:\?(.*))?$/, "notary", (m) => notaryView(m[1])],
+  [/^\/generate$/, "generate", () => generateView()],
 ];
 
 function route() {
