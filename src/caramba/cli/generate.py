@@ -9,43 +9,6 @@ from typing import Any
 import typer
 
 
-def open_model(model: str, *, backend: str, dtype: str, store: str | None, config: str | None,
-               text: bool) -> tuple[Any, Any, Any]:
-    """``(make(capacity) -> Generator, tokenizer or None, prepared manifest)`` for a Hugging Face
-    folder (its tokenizer.json) or a character-level run (its dataset's characters); ``text``:
-    a tokenizer is needed."""
-    from caramba.errors import ConfigError
-    from caramba.generate import Generator, is_checkpoint_folder
-
-    if is_checkpoint_folder(model):
-        import caramba.pretrained as pt
-
-        source = pt.open(model, dtype=dtype)
-        tok = None
-        if text:
-            from caramba.text import load_tokenizer
-
-            tok = load_tokenizer(model)
-        return (lambda cap: Generator.from_pretrained(source, backend=backend, capacity=cap)), tok, source.prep
-    from caramba.config import load_settings
-    from caramba.generate import run_model
-    from caramba.store.runs import RunStore
-
-    runs = RunStore(load_settings(config, overrides={"store": store}).store)
-    prep, params, rec = run_model(model, store=runs)
-    tok = None
-    if text:
-        vocab = getattr(prep.dataset, "vocab", None)
-        tok = getattr(prep.dataset, "tokenizer", None)
-        if tok is None and vocab is None:
-            raise ConfigError(f"run {rec.id}'s dataset has no tokenizer or character vocabulary; give --tokens")
-        if tok is None:
-            from caramba.text import CharTokenizer
-
-            tok = CharTokenizer(vocab)
-    return (lambda cap: Generator.from_manifest(prep, params, backend=backend, capacity=cap)), tok, prep
-
-
 def register(app: typer.Typer) -> None:
     register_chat(app)
 
@@ -73,6 +36,7 @@ def register(app: typer.Typer) -> None:
         (KV cache resident on the backend; Ctrl-C stops)."""
         from caramba.errors import ConfigError
         from caramba.generate import Sampler, model_context
+        from caramba.generate.source import open_model
 
         if (prompt is None) == (tokens is None):
             raise ConfigError("give the prompt as --prompt TEXT or as --tokens 1,2,3 (one of them)")
@@ -146,6 +110,7 @@ def register_chat(app: typer.Typer) -> None:
         Ctrl-C stops a reply (the conversation goes on); Ctrl-D or an empty input stream ends it."""
         from caramba.errors import ConfigError
         from caramba.generate import Sampler, is_checkpoint_folder
+        from caramba.generate.source import open_model
 
         if not is_checkpoint_folder(model):
             raise ConfigError(f"{model} is not a Hugging Face folder (config.json + safetensors); chat needs one "

@@ -173,7 +173,7 @@ def _bind_data(prep: Prepared, work: _Work | None = None) -> None:
     from caramba.data import DataError, TextDataset, load_dataset, unify_dims
 
     m, doc = prep.manifest, prep.doc
-    base = Path(doc.source).parent if doc.source not in ("<string>", "") else doc.root
+    base = doc.base_dir
     for name, spec in m.datasets.items():
         key = (name, spec.model_dump_json(), str(base))  # tuner arms that keep a dataset share it
         try:

@@ -248,6 +248,12 @@ class Document:
     overrides: tuple[str, ...] = ()
     text: str = field(default="", repr=False)  # the source text (to load again with more overrides)
 
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths in the manifest (data files, checkpoints) start from: the
+        file's folder, or the root for a manifest given as text."""
+        return Path(self.source).parent if self.source not in ("<string>", "") else Path(self.root)
+
     def loc(self, path: Iterable[Any] = (), *, key: bool = False) -> Loc:
         """The location of ``path``, or of its nearest located ancestor."""
         p = tuple(path)

@@ -214,7 +214,7 @@ class Resolved:
 def _source_path(doc: Document, path: tuple, raw: str, what: str) -> Path:
     from caramba.data.sources import outside_roots
 
-    base = Path(doc.source).parent if doc.source not in ("<string>", "") else Path(doc.root)
+    base = doc.base_dir
     if outside_roots(base, raw):
         raise doc.error(path, f"the {what} is outside the folders this server reads data from")
     p = Path(raw).expanduser()

@@ -36,7 +36,7 @@ def resolve_checkpoint(prep: Prepared, target: Target, run: Run, store: Any) -> 
     ref = run.checkpoint
     assert ref is not None
     where = _where(prep, target, run)
-    base = Path(prep.doc.source).parent if prep.doc.source not in ("<string>", "") else prep.doc.root
+    base = prep.doc.base_dir
     if ref != "latest" and outside_roots(base, ref):  # one answer whether or not such a file exists
         raise prep.doc.error(where, "the checkpoint's path is outside the folders this server reads from",
                              hint="name a run ID, or a file inside the manifest's folder")

@@ -40,9 +40,9 @@ def _roots(settings: Any) -> list[str]:
 
 def _open(body: GenerateIn, state: Any) -> tuple[Any, Any, list[int], int, Any, str]:
     """(make(capacity), tokenizer, prompt ids, new tokens, sampler, model label), or a 4xx."""
-    from caramba.cli.generate import open_model
     from caramba.data.sources import outside_roots
     from caramba.generate import Sampler, is_checkpoint_folder, model_context
+    from caramba.generate.source import open_model
     from caramba.store.runs import RunNotFound
 
     sampler = Sampler(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, min_p=body.min_p,
