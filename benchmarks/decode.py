@@ -9,8 +9,9 @@ each backend, ``caramba.generate.Generator`` prefills a prompt of 16 (then 1000)
 two warm-up decode steps and times ``steps`` more (greedy, in the graph; one int64 per step
 comes back). transformers runs the same prompt through ``GPT2LMHeadModel`` (``use_cache``) and
 then the same number of one-token steps with ``past_key_values``, argmax on the host.
-caramba's decode graph is static: it attends over all ``capacity`` slots (masked past the
-position), so its cost does not depend on the position; transformers' grows with it.
+caramba's decode graphs have static shapes: a step attends over its span of cache slots (64,
+128, ... up to the capacity; masked past the position) and appends its keys/values in place
+(``shape.update_rows``), so its cost grows with the position in doublings of the span.
 """
 
 from __future__ import annotations

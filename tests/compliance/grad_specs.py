@@ -170,6 +170,8 @@ CASES: list[GradCase] = [
     c("shape.gather", "axis1", a((3, 4)), idx((2, 3), 3), axis=1),
     c("shape.gather", "repeats", a((4, 2)), idx((6,), 3), axis=0),
     c("shape.scatter_add", "axis0", a((4, 3)), idx((5,), 3), a((5, 3)), axis=0),
+    c("shape.slice_rows", "axis1", a((2, 8, 3)), idx((2,), 5), axis=1, size=3),
+    c("shape.update_rows", "axis1", a((2, 6, 3)), a((2, 2, 3)), idx((2,), 4), axis=1),
     c("shape.upsample_nearest", "2x3", a((2, 2, 3)), scales=(2, 3)),
     c("shape.view_as_heads", "h2", a((2, 3, 4)), num_heads=2),
     c("shape.merge_heads", "h2", a((2, 2, 3, 2))),

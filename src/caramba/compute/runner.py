@@ -35,9 +35,11 @@ class StateStore(MutableMapping[str, Tensor]):
 
     def __getitem__(self, name: str) -> Tensor:
         try:
-            return self._values[name]
+            t = self._values[name]
         except KeyError:
             raise StateError(f"no state '{name}' on runner {self._runner.location}") from None
+        self._runner._lend(t)
+        return t
 
     def __setitem__(self, name: str, value: Tensor) -> None:
         self._runner._check_open()
@@ -200,6 +202,10 @@ class Runner(ABC):
     def _adopt(self, array: np.ndarray, dtype: DType) -> Tensor | None:
         """Keep a donated host array as a tensor without copying it (None: this backend copies)."""
         return None
+
+    def _lend(self, tensor: Tensor) -> None:  # noqa: B027 - optional hook
+        """``tensor`` (resident state) is handed to a caller: a backend that updates state in
+        place stops doing so for this buffer (its next update copies first)."""
 
     def check_dtype(self, d: DType) -> None:  # noqa: B027 - optional hook
         """Raise UnsupportedOperation if tensors of dtype ``d`` cannot live here (default: all can)."""

@@ -301,50 +301,22 @@ class LayerContext:
         spec = self._cache_spec(new.shape[2] if new.ndim == 4 else 0)
         if new.ndim != 4 or new.shape[0] != spec.batch:
             raise CarambaError(f"a cached value must be [batch, heads, seq, dim], got {new.type}")
-        b, h, t, d = new.shape
+        b, h, _, d = new.shape
         full = f"{self.prefix}.{name}"
         if full in self.graph.state:
             raise CarambaError(f"cache '{full}' declared twice")
         self.graph.state[full] = StateDecl(full, ValueType((b, h, spec.capacity, d), new.dtype), "zeros")
         self._low.caches.append(full)
         whole = self.read(full)
+        # Rows positions[b] .. + T - 1 of each sequence take the new keys/values: one
+        # shape.update_rows, which a backend performs in place on the resident cache.
+        updated = self.op("shape.update_rows", (whole, new, self._low.positions_input()), {"axis": 2},
+                          name=f"{name}.update")
+        self.graph.write(full, updated, id=self._id(f"{name}.write"))
         n = spec.slots
-        old = whole if n == spec.capacity else self.op(
-            "shape.slice", (whole,), {"starts": (0,), "ends": (n,), "axes": (2,)}, name=f"{name}.head")
-        slots = self.shared(("slots4",), lambda: self._cache_op(
-            "shape.iota", (), {"shape": (1, 1, n, 1), "axis": 2, "dtype": DType.int64}, "slots4"))
-        pos = self.shared(("pos4",), lambda: self._cache_op(
-            "shape.reshape", (self._low.positions_input(),), {"shape": (b, 1, 1, 1)}, "pos4"))
-        if t == 1:  # decode: one new row per sequence, broadcast into its slot
-            at = self.shared(("at",), lambda: self._cache_op("math.equal", (slots, pos), name="at"))
-            updated = self.op("math.where", (at, new, old), name=f"{name}.update")
-        else:  # slot c of row b takes new token c - positions[b] when 0 <= c - positions[b] < T
-            rel = self.shared(("rel",), lambda: self._cache_op("math.sub", (slots, pos), name="rel"))  # [B, 1, C, 1]
-            inside = self.shared(("inside", t), lambda: self._cache_op("math.logical_and", (
-                self._cache_op("math.greater_equal", (rel, self._cache_const(0, "zero")), name="from_pos"),
-                self._cache_op("math.less", (rel, self._cache_const(t, "new_len")), name="before_end")), name="inside"))
-
-            def flat_index() -> Value:  # row b's token j sits at b * T + j of the [B*T, H*D] rows
-                j = self._cache_op("math.clamp", (rel,), {"min": 0.0, "max": float(t - 1)}, "new_index")
-                rows = self._cache_op("shape.iota", (), {"shape": (b, 1, 1, 1), "axis": 0, "dtype": DType.int64}, "rows")
-                base = self._cache_op("math.mul", (rows, self._cache_const(t, "new_len")), name="row_base")
-                flat = self._cache_op("math.add", (base, j), name="flat_index")
-                return self._cache_op("shape.reshape", (flat,), {"shape": (b, n)}, "flat_index")
-
-            flat = self.shared(("index", t), flat_index)
-            rows = self.op("shape.transpose", (new,), {"perm": (0, 2, 1, 3)}, name=f"{name}.rows")  # [B, T, H, D]
-            rows = self.op("shape.reshape", (rows,), {"shape": (b * t, h * d)}, name=f"{name}.flat")
-            taken = self.op("shape.gather", (rows, flat), {"axis": 0}, name=f"{name}.take")  # [B, C, H*D]
-            taken = self.op("shape.reshape", (taken,), {"shape": (b, n, h, d)}, name=f"{name}.slots")
-            taken = self.op("shape.transpose", (taken,), {"perm": (0, 2, 1, 3)}, name=f"{name}.placed")
-            updated = self.op("math.where", (inside, taken, old), name=f"{name}.update")
-        kept = updated
-        if n < spec.capacity:  # the slots past the span, unchanged
-            tail = self.op("shape.slice", (whole,), {"starts": (n,), "ends": (spec.capacity,), "axes": (2,)},
-                           name=f"{name}.tail")
-            kept = self.op("shape.concat", (updated, tail), {"axis": 2}, name=f"{name}.whole")
-        self.graph.write(full, kept, id=self._id(f"{name}.write"))
-        return updated
+        if n == spec.capacity:
+            return updated
+        return self.op("shape.slice", (updated,), {"starts": (0,), "ends": (n,), "axes": (2,)}, name=f"{name}.head")
 
 
 Layer = Callable[[LayerContext, list[Value], dict[str, Any]], "Value | tuple[Value, ...]"]

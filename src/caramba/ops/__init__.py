@@ -86,9 +86,11 @@ from caramba.ops.shape import (
     reshape,
     scatter_add,
     slice,
+    slice_rows,
     split,
     squeeze,
     transpose,
+    update_rows,
     upsample_nearest,
     view_as_heads,
 )

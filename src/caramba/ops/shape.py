@@ -244,6 +244,57 @@ scatter_add = define(
 )
 
 
+def _rows_axis(op_id: str, t: ValueType, starts: ValueType, a) -> int:
+    """The sliced axis of a per-row op (never the row axis 0) after checking ``starts`` [B]."""
+    if t.rank < 2:
+        raise GraphError(f"{op_id} needs rows: an input of rank >= 2, got {t}")
+    axis = norm_axis(a["axis"], t.rank)
+    if axis == 0:
+        raise GraphError(f"{op_id}: axis 0 holds the rows; slice along another axis")
+    require_dtype(op_id, starts, frozenset({DType.int64, DType.int32}), "starts")
+    if starts.shape != t.shape[:1]:
+        raise GraphError(f"{op_id}: starts must be [{t.shape[0]}] (one start per row of axis 0), got {starts}")
+    return axis
+
+
+def _slice_rows(ins, a):
+    t, starts = ins
+    axis = _rows_axis("shape.slice_rows", t, starts, a)
+    size = a["size"]
+    if not 0 < size <= t.shape[axis]:
+        raise GraphError(f"shape.slice_rows: size {size} must be in [1, {t.shape[axis]}] (axis {axis} of {t})")
+    return (t.with_shape(t.shape[:axis] + (size,) + t.shape[axis + 1 :]),)
+
+
+slice_rows = define(
+    "shape.slice_rows", _slice_rows, 2, (Attr("axis", "int", 1), Attr("size", "int")),
+    doc="Per-row dynamic slice: out[b, .., j, ..] = x[b, .., starts[b] + j, ..] for j < size along axis"
+    " (>= 1). Every start must lie in [0, x.shape[axis] - size]: another is an error at run time."
+    " The transpose of update_rows.",
+)
+
+
+def _update_rows(ins, a):
+    t, upd, starts = ins
+    axis = _rows_axis("shape.update_rows", t, starts, a)
+    u = upd.shape[axis] if upd.rank == t.rank else -1
+    if upd.dtype != t.dtype or upd.rank != t.rank or not 0 < u <= t.shape[axis] or any(
+            d != e for i, (d, e) in enumerate(zip(upd.shape, t.shape, strict=True)) if i != axis):
+        raise GraphError(f"shape.update_rows: update must be {t.dtype.value}{list(t.shape)} with axis {axis} of size "
+                         f"1..{t.shape[axis]}, got {upd}")
+    return (t,)
+
+
+update_rows = define(
+    "shape.update_rows", _update_rows, 3, (Attr("axis", "int", 1),),
+    doc="Per-row dynamic update slice: x with x[b, .., starts[b] + j, ..] = update[b, .., j, ..] for"
+    " j < update.shape[axis] along axis (>= 1); update has x's shape elsewhere. Every start must lie"
+    " in [0, x.shape[axis] - update.shape[axis]]: another is an error at run time. Backends update"
+    " resident state in place when x is read from the state this result replaces (the KV cache"
+    " append of decoding).",
+)
+
+
 def _iota(ins, a):
     shape = tuple(a["shape"])
     norm_axis(a["axis"], len(shape))

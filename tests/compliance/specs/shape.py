@@ -293,6 +293,52 @@ def _scatter_cases():
     return out
 
 
+def _slice_rows_ref(x, starts, axis, size):
+    ax = _norm(axis, x.ndim)
+    shape = x.shape[:ax] + (size,) + x.shape[ax + 1 :]
+    s = scalars(starts)
+    return remap(x, shape, lambda i: i[:ax] + (s[i[0]] + i[ax],) + i[ax + 1 :])
+
+
+def _update_rows_ref(x, upd, starts, axis):
+    ax = _norm(axis, x.ndim)
+    u = upd.shape[ax]
+    s = scalars(starts)
+    out = x.copy()
+    for i in np.ndindex(*x.shape):
+        j = i[ax] - s[i[0]]
+        if 0 <= j < u:
+            out[i] = upd[i[:ax] + (j,) + i[ax + 1 :]]
+    return out
+
+
+# (x shape, axis, slice/update size, start range, starts dtype)
+_ROWS_SHAPES = (((2, 3, 8, 4), 2, 1, (0, 7), I64), ((2, 3, 8, 4), 2, 3, (0, 5), I64), ((3, 7), 1, 7, (0, 0), I32),
+                ((1, 2, 16, 3), -2, 5, (0, 11), I64), ((4, 6, 2), 1, 2, (0, 4), I32))
+
+
+def _rows_out_of_range(op: str):
+    def check(runner, case_, d):
+        """A start whose slice leaves the axis is an error when the graph runs, naming the node."""
+        import pytest
+
+        from caramba.errors import CarambaError
+
+        from ..harness import build
+
+        b = build(case_, d)
+        exe = runner.compile(b.graph)
+        feed = {k: runner.upload(v) for k, v in b.inputs.items()}
+        name = [k for k, v in b.inputs.items() if v.dtype == np.int64][-1]
+        for bad_start in (-1, 6):  # axis 8, size 3: starts must be in [0, 5]
+            feed[name] = runner.upload(np.array([0, bad_start], dtype=np.int64))
+            with pytest.raises(CarambaError) as info:
+                exe.run(feed).popitem()[1].download()
+            assert f"node '{SUBJECT}'" in str(info.value) or "out of range" in str(info.value), str(info.value)
+
+    return check
+
+
 ROWS = [
     row(
         "shape.reshape",
@@ -451,6 +497,36 @@ ROWS = [
             bad("updates must be float64\\[3, 2\\]", ((3, 4), F64), ((2,), I64), ((3, 3), F64), axis=1),
             bad("does not accept indices of dtype int8", ((3,), F64), ((2,), "int8"), ((2,), F64)),
             bad("does not accept input of dtype bool", ((3,), BOOL), ((2,), I64), ((2,), BOOL)),
+        ],
+    ),
+    row(
+        "shape.slice_rows",
+        ALL,
+        [*(case(f"{label(xs)}-axis={ax}-size={n}-{sd.short}", (xs, xs[:1]), {"axis": ax, "size": n}, _slice_rows_ref,
+                {1: _idx_gen(*lohi)}, fixed={1: sd}) for xs, ax, n, lohi, sd in _ROWS_SHAPES),
+         Case("out-of-range-start", (arg((2, 3, 8, 4), GEN), arg((2,), _idx_gen(0, 5), I64)), {"axis": 2, "size": 3},
+              None, EXACT, frozenset({F64}), check=_rows_out_of_range("shape.slice_rows"))],
+        [
+            bad("axis 0 holds the rows", ((3, 4), F64), ((3,), I64), axis=0, size=2),
+            bad("starts must be \\[3\\]", ((3, 4), F64), ((2,), I64), size=2),
+            bad("size 5 must be in \\[1, 4\\]", ((3, 4), F64), ((3,), I64), size=5),
+            bad("does not accept starts of dtype float64", ((3, 4), F64), ((3,), F64), size=2),
+            bad("needs rows", ((4,), F64), ((4,), I64), axis=0, size=1),
+        ],
+    ),
+    row(
+        "shape.update_rows",
+        ALL,
+        [*(case(f"{label(xs)}-axis={ax}-size={n}-{sd.short}",
+                (xs, xs[:ax % len(xs)] + (n,) + xs[ax % len(xs) + 1:], xs[:1]), {"axis": ax}, _update_rows_ref,
+                {2: _idx_gen(*lohi)}, fixed={2: sd}) for xs, ax, n, lohi, sd in _ROWS_SHAPES),
+         Case("out-of-range-start", (arg((2, 3, 8, 4), GEN), arg((2, 3, 3, 4), GEN), arg((2,), _idx_gen(0, 5), I64)),
+              {"axis": 2}, None, EXACT, frozenset({F64}), check=_rows_out_of_range("shape.update_rows"))],
+        [
+            bad("update must be float64\\[3, 4\\]", ((3, 4), F64), ((3, 5), F64), ((3,), I64)),
+            bad("update must be float64\\[3, 4\\]", ((3, 4), F64), ((2, 2), F64), ((3,), I64)),
+            bad("axis 0 holds the rows", ((3, 4), F64), ((3, 4), F64), ((3,), I64), axis=0),
+            bad("starts must be \\[3\\]", ((3, 4), F64), ((3, 2), F64), ((1,), I64)),
         ],
     ),
     row(

@@ -183,3 +183,20 @@ def last_token(c, ct):
 @rule("shape.flip")
 def flip(c, ct):
     return (ops.flip(ct, axes=norm_axes(c.attrs["axes"], ct.ndim)),)
+
+
+@rule("shape.slice_rows")
+def slice_rows(c, ct):
+    x, starts = c.x
+    return (ops.update_rows(zeros(ct, x.shape), ct, starts, axis=c.attrs["axis"]), None)
+
+
+@rule("shape.update_rows")
+def update_rows(c, ct):
+    _, upd, starts = c.x
+    axis = c.attrs["axis"]
+    return (
+        ops.update_rows(ct, zeros(ct, upd.shape), starts, axis=axis) if c.needs[0] else None,
+        ops.slice_rows(ct, starts, axis=axis, size=upd.shape[norm_axis(axis, len(upd.shape))]) if c.needs[1] else None,
+        None,
+    )

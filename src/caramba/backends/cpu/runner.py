@@ -19,6 +19,7 @@ import numpy as np
 
 from caramba.backends.cpu.capabilities import cpu_capabilities
 from caramba.backends.cpu.kernels import KERNELS, OUT
+from caramba.backends.cpu.kernels.shape import update_rows_kernel
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
 from caramba.errors import CarambaError
@@ -67,6 +68,7 @@ class CpuExecutable(Executable):
         self.plan = plan
         self._fn, self._code_name, self._line_nodes = _generate(graph, runner.debug, plan)
         self._writes = tuple(n.attrs["name"] for n in graph.nodes if n.op == "state.write")
+        self._aliasing = _may_alias_state(graph)
         # Planned buffers are reused by every run: one run at a time.
         self._lock = threading.Lock() if plan is not None and plan.slots else None
 
@@ -92,6 +94,8 @@ class CpuExecutable(Executable):
         runner = self.runner
         for name in self._writes:
             runner.state._values[name] = CpuTensor(np.asarray(host_state[name]), runner)
+        for k in self._aliasing:  # an output that may be (a view of) state: freeze that state's array
+            _freeze_shared(outs[k], host_state.values())
         return {k: CpuTensor(np.asarray(v), runner) for k, v in outs.items()}
 
     def _failing_node(self, exc: BaseException) -> str | None:
@@ -102,6 +106,12 @@ class CpuExecutable(Executable):
 
     def source_code(self) -> str:
         return "".join(linecache.getlines(self._code_name))
+
+
+def _freeze_shared(value: Any, arrays: Any) -> None:
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.flags.writeable and np.may_share_memory(value, a):
+            a.setflags(write=False)  # the next in-place update copies it first
 
 
 _COUNTER = [0]
@@ -124,6 +134,45 @@ def _hints(graph: Graph, writes_out: frozenset[str]) -> dict[Ref, tuple[bool, bo
         for j in range(len(node.types)):
             hints[Ref(node.id, j)] = h
     return hints
+
+
+def _in_place_updates(graph: Graph) -> frozenset[str]:
+    """Nodes ``shape.update_rows(state.read(S), ...)`` whose result is written back to S, where
+    that read is the graph's only read of S and has no other use: their kernel may update the
+    state's array itself (a KV-cache append costs its new rows, not a copy of the cache)."""
+    reads: dict[str, list[Any]] = {}
+    uses: dict[Ref, int] = {}
+    for node in graph.nodes:
+        if node.op == "state.read":
+            reads.setdefault(node.attrs["name"], []).append(node)
+        for r in node.inputs:
+            uses[r] = uses.get(r, 0) + 1
+    outputs = set(graph.outputs.values())
+    written = {(n.inputs[0], n.attrs["name"]) for n in graph.nodes if n.op == "state.write"}
+    found = set()
+    for node in graph.nodes:
+        if node.op != "shape.update_rows":
+            continue
+        src = graph.node(node.inputs[0].node)
+        if src.op != "state.read":
+            continue
+        name = src.attrs["name"]
+        if (len(reads[name]) == 1 and uses.get(node.inputs[0]) == 1 and node.inputs[0] not in outputs
+                and (node.outputs[0], name) in written):
+            found.add(node.id)
+    return frozenset(found)
+
+
+def _may_alias_state(graph: Graph) -> tuple[str, ...]:
+    """Outputs that may share memory with a state array (a state read, a value written to
+    state, or a view of one): the runner makes those arrays read-only after the run, so no
+    later in-place update can change a tensor a caller holds."""
+    alias: set[Ref] = {n.inputs[0] for n in graph.nodes if n.op == "state.write"}
+    for node in graph.nodes:
+        if node.op == "state.read" or (node.op.startswith("shape.") and node.op != "shape.update_rows"
+                                       and any(r in alias for r in node.inputs)):
+            alias.update(node.outputs)
+    return tuple(k for k, r in graph.outputs.items() if r in alias)
 
 
 def _arena(nbytes: int) -> np.ndarray:
@@ -151,6 +200,7 @@ def _generate(graph: Graph, debug: bool, plan: "MemoryPlan | None" = None):
     from caramba.backends.cpu.fused import FACTORIES
 
     writes_out = frozenset(OUT) | frozenset(FACTORIES)
+    in_place = _in_place_updates(graph) if any(n.op == "shape.update_rows" for n in graph.nodes) else frozenset()
     env: dict[str, Any] = {"_empty": np.empty, "_asarray": np.asarray}
     names: dict[Ref, str] = {}
     lines: list[str] = []
@@ -188,6 +238,8 @@ def _generate(graph: Graph, debug: bool, plan: "MemoryPlan | None" = None):
             placed = [plan.slots.get(r) if plan is not None else None for r in refs]
             if node.op in FACTORIES:
                 kern = FACTORIES[node.op](node, in_types, [hints[r] for r in node.inputs])
+            elif node.id in in_place:
+                kern = update_rows_kernel(node, in_types, in_place=True)
             else:
                 kern = KERNELS[node.op](node, in_types)
             k = bind(f"k{i}", kern)
@@ -270,6 +322,9 @@ class CpuRunner(Runner):
     def _adopt(self, array: np.ndarray, dtype: DType) -> CpuTensor:
         array.setflags(write=False)  # resident tensors are immutable; the donor gave it up
         return CpuTensor(array, self)
+
+    def _lend(self, tensor: Tensor) -> None:
+        tensor.array.setflags(write=False)  # type: ignore[attr-defined]
 
     def fill(self, shape: tuple[int, ...], dtype: DType, value: float) -> CpuTensor:
         return CpuTensor(np.full(shape, value, dtype=dtype.numpy), self)

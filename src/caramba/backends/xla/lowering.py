@@ -418,6 +418,30 @@ def _scatter_add(node, ins, ctx):
     return scatter_add
 
 
+@rule("shape.slice_rows", ANY)
+def _slice_rows(node, ins, ctx):
+    axis, size = norm_axis(node.attrs["axis"], ins[0].rank), node.attrs["size"]
+    n = ins[0].shape[axis]
+
+    def slice_rows(x, starts):
+        ctx.check_range(node, starts, 0, n - size + 1, f"shape.slice_rows: starts out of range [0, {n - size}]")
+        return jax.vmap(lambda xb, s: lax.dynamic_slice_in_dim(xb, s, size, axis - 1))(x, starts)
+
+    return slice_rows
+
+
+@rule("shape.update_rows", ANY)
+def _update_rows(node, ins, ctx):
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    n, u = ins[0].shape[axis], ins[1].shape[axis]
+
+    def update_rows(x, upd, starts):
+        ctx.check_range(node, starts, 0, n - u + 1, f"shape.update_rows: starts out of range [0, {n - u}]")
+        return jax.vmap(lambda xb, ub, s: lax.dynamic_update_slice_in_dim(xb, ub, s, axis - 1))(x, upd, starts)
+
+    return update_rows
+
+
 @rule("shape.iota", NUM)
 def _iota(node, ins, ctx):
     t = node.types[0]

@@ -248,3 +248,50 @@ def _iota(node: Node, ins, e) -> Program:
     c = unravel(w, "gid", out_t.shape)[axis] if out_t.rank else "0"
     w.store(out, "gid", w.e.cast(c, out_t.dtype, INDEX), out_t.dtype)
     return single(map_finish(w), 0)
+
+
+def _row_start(w: KernelWriter, sb: str, row: str, sdt: DType, hi: int) -> str:
+    """Row ``row``'s start from ``starts``: flagged (and clamped) outside [0, hi]."""
+    raw = w.let(sdt, w.load(sb, row, sdt), "s")
+    with w.if_(f"{raw} < {w.e.lit(0, sdt)} || {raw} > {w.e.lit(hi, sdt)}"):
+        w.error_flag()
+        w.line(w.e.flag_error(INDEX_ERROR))
+    k = w.let(INDEX, w.e.cast(raw, INDEX, sdt), "s")
+    return w.let(INDEX, w.e.select(f"{k} >= 0 && {k} <= {w.num(hi)}", k, "0"), "s")
+
+
+@builder("shape.slice_rows", ANY)
+def _slice_rows(node: Node, ins, e) -> Program:
+    # out[b, .., j, ..] = x[b, .., starts[b] + j, ..]
+    x, starts = ins
+    out_t = node.types[0]
+    axis, size = norm_axis(node.attrs["axis"], x.rank), node.attrs["size"]
+    w = map_writer(e, kernel_name(node), prod(out_t.shape))
+    (xb, sb), (out,) = bind(w, ins, [out_t])
+    w.error_flag()
+    coords = unravel(w, "gid", out_t.shape)
+    s = _row_start(w, sb, coords[0], starts.dtype, x.shape[axis] - size)
+    src = coords[:axis] + [f"({s} + {coords[axis]})"] + coords[axis + 1 :]
+    w.store(out, "gid", w.load(xb, offset(w, src, contiguous_strides(x.shape)), out_t.dtype), out_t.dtype)
+    return single(map_finish(w), 2)
+
+
+@builder("shape.update_rows", ANY)
+def _update_rows(node: Node, ins, e) -> Program:
+    # out[b, .., c, ..] = upd[b, .., c - starts[b], ..] where 0 <= c - starts[b] < u, else x
+    x, upd, starts = ins
+    out_t, d = node.types[0], node.types[0].dtype
+    axis = norm_axis(node.attrs["axis"], x.rank)
+    u = upd.shape[axis]
+    w = map_writer(e, kernel_name(node), prod(out_t.shape))
+    (xb, ub, sb), (out,) = bind(w, ins, [out_t])
+    w.error_flag()
+    coords = unravel(w, "gid", out_t.shape)
+    s = _row_start(w, sb, coords[0], starts.dtype, x.shape[axis] - u)
+    rel = w.let(INDEX, f"({coords[axis]} - {s})", "r")
+    inside = w.let(DType.bool, f"{rel} >= 0 && {rel} < {w.num(u)}", "in")
+    rc = w.let(INDEX, w.e.select(inside, rel, "0"), "r")  # never load outside upd
+    src = coords[:axis] + [rc] + coords[axis + 1 :]
+    new = w.load(ub, offset(w, src, contiguous_strides(upd.shape)), d)
+    w.store(out, "gid", w.e.select(inside, new, w.load(xb, "gid", d)), d)
+    return single(map_finish(w), 3)

@@ -114,6 +114,54 @@ def _scatter_add(node, ins):
     return scatter_add
 
 
+def _check_starts(starts, n: int, size: int, what: str) -> None:
+    if starts.size and (starts.min() < 0 or starts.max() > n - size):
+        bad = starts[(starts < 0) | (starts > n - size)].ravel()[:5].tolist()
+        raise IndexOutOfRange(f"{what}: starts {bad} out of range: {size} positions from each must fit an axis "
+                              f"of size {n} (starts in [0, {n - size}])")
+
+
+def _rows_index(axis: int, start: int, size: int) -> tuple:
+    return (slice(None),) * (axis - 1) + (slice(start, start + size),)
+
+
+@kernel("shape.slice_rows", ANY)
+def _slice_rows(node, ins):
+    axis, size = norm_axis(node.attrs["axis"], ins[0].rank), node.attrs["size"]
+    n, shape, what = ins[0].shape[axis], node.types[0].shape, f"shape.slice_rows node '{node.id}'"
+
+    def slice_rows(x, starts):
+        _check_starts(starts, n, size, what)
+        out = np.empty(shape, x.dtype)
+        for b, s in enumerate(starts.tolist()):
+            out[b] = x[b][_rows_index(axis, s, size)]
+        return out
+
+    return slice_rows
+
+
+def update_rows_kernel(node, ins, in_place: bool):
+    """``shape.update_rows``; with ``in_place`` the kernel writes into ``x`` itself when NumPy
+    lets it (the cpu runner asks for it only when x is the state this result replaces and
+    nothing else reads x; a read-only x, e.g. an uploaded tensor, is copied once)."""
+    axis = norm_axis(node.attrs["axis"], ins[0].rank)
+    n, u, what = ins[0].shape[axis], ins[1].shape[axis], f"shape.update_rows node '{node.id}'"
+
+    def update_rows(x, upd, starts):
+        _check_starts(starts, n, u, what)
+        out = x if in_place and x.flags.writeable else x.copy()
+        for b, s in enumerate(starts.tolist()):
+            out[b][_rows_index(axis, s, u)] = upd[b]
+        return out
+
+    return update_rows
+
+
+@kernel("shape.update_rows", ANY)
+def _update_rows(node, ins):
+    return update_rows_kernel(node, ins, in_place=False)
+
+
 @kernel("shape.iota", NUM)
 def _iota(node, ins):
     t = node.types[0]
