@@ -28,6 +28,7 @@ class Settings:
     serve_data_roots: str = ""  # folders submitted manifests may read data from (os.pathsep-separated)
     serve_validate_timeout_s: float = 20.0  # wall-clock limit to validate or plan one submitted manifest
     serve_validate_memory_mb: int = 2048  # address space the validating worker may add to its baseline (0: no cap)
+    serve_generate_memory_mb: float = 4096.0  # weights + KV caches one /generate may hold (0: no cap)
     # PJRT plugin lookup for the xla backend (platform file, shared file, names in lib dirs)
     xla_plugin_file: str = ""
     xla_shared_plugin_file: str = ""

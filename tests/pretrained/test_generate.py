@@ -149,6 +149,23 @@ def test_capacity_overflow_is_refused_before_running(checkpoints):
         Generator.from_pretrained(pt.open(directory, dtype="float64"), capacity=POSITIONS + 1)
 
 
+def test_a_memory_limit_is_checked_before_the_weights_are_read(checkpoints, monkeypatch):
+    """Weights + caches over ``max_bytes`` are a ResourceError at the first graph, before load."""
+    from caramba.errors import ResourceError
+
+    _, directory = checkpoints("gpt2")
+    model = pt.open(directory, dtype="float64")
+    loads = []
+    monkeypatch.setattr(type(model), "load", lambda self, *a, **k: loads.append(1))
+    with Generator.from_pretrained(model, capacity=32, max_bytes=1000) as gen:
+        with pytest.raises(ResourceError, match=r"needs [0-9.]+ MiB of weights and KV caches \(capacity 32, batch 1\)"):
+            list(gen.generate([_prompt(4)], 2))
+    assert not loads
+    monkeypatch.undo()
+    with Generator.from_pretrained(pt.open(directory, dtype="float64"), capacity=32, max_bytes=1 << 30) as gen:
+        assert len(list(gen.generate([_prompt(4)], 2))) == 2
+
+
 def test_sampling_goes_through_sample_token(checkpoints):
     """Non-greedy settings draw with ``sample.token`` (seeded, step as key): the same seed gives
     the same tokens, another seed other ones; temperature 0 is the greedy path."""
@@ -188,6 +205,11 @@ def test_cli_generates_characters_from_a_char_gpt_run(tmp_path):
     assert isinstance(r.exception, CapacityError) and "holds 8 positions" in str(r.exception)
     with Generator.from_run(res.run_id, store=store) as gen:  # capacity: the model's 64 positions
         assert gen.capacity == 64 and len(list(gen.generate([[1, 2, 3]], 5))) == 5
+    from caramba.errors import ResourceError
+    from caramba.generate import run_model
+
+    with pytest.raises(ResourceError, match=f"run {res.run_id}'s checkpoint is [0-9.]+ MiB"):
+        run_model(res.run_id, store=store, max_bytes=1024)  # refused from the store's record, unread
 
 
 def test_cli_streams_token_ids_and_stops_cleanly_on_ctrl_c(checkpoints, monkeypatch):

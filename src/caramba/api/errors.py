@@ -16,6 +16,7 @@ from caramba.errors import (
     ConfigError,
     GraphError,
     PrecisionError,
+    ResourceError,
     UnsupportedOperation,
     VerificationError,
 )
@@ -73,7 +74,7 @@ def status_of(exc: CarambaError) -> int:
     if isinstance(exc, BackendUnavailable):
         return 409
     if isinstance(exc, ManifestError | GraphError | VerificationError | UnsupportedOperation | PrecisionError
-                  | CodecError | ConfigError | ValidationLimit):
+                  | CodecError | ConfigError | ValidationLimit | ResourceError):
         return 422
     return 400
 

@@ -104,7 +104,8 @@ class Generator:
     head_dim`` values. Close it (or use ``with``) to free a runner it made.
     """
 
-    def __init__(self, model: _Model, backend: Any = "cpu", capacity: int = 256) -> None:
+    def __init__(self, model: _Model, backend: Any = "cpu", capacity: int = 256,
+                 max_bytes: int | None = None) -> None:
         from caramba import compute
 
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0:
@@ -114,6 +115,7 @@ class Generator:
                               hint=f"use --capacity {model.context} or less")
         self.model = model
         self.capacity = capacity
+        self.max_bytes = max_bytes  # weights + caches; checked when the first graph is lowered
         self._own = not hasattr(backend, "compile")
         self.runner = compute.new(backend) if self._own else backend
         self._graphs: dict[tuple, tuple[Any, Any]] = {}  # (batch, T, span, sampler, seed) -> (executable, Lowered)
@@ -127,7 +129,7 @@ class Generator:
     # ---- construction --------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, model: Any, backend: Any = "cpu", capacity: int = 256,
-                        params: Mapping[str, np.ndarray] | None = None) -> "Generator":
+                        params: Mapping[str, np.ndarray] | None = None, max_bytes: int | None = None) -> "Generator":
         """A generator for a ``caramba.pretrained.PretrainedModel`` (its checkpoint's weights, or
         ``params`` by parameter name)."""
         def load(runner: Any, specs: Mapping[str, Any]) -> None:
@@ -139,15 +141,16 @@ class Generator:
         m = _model_of(model.prep, load, None)
         context = model.variables.get("context")  # GPT-2's n_positions: the position table
         m.context = context if isinstance(context, int) else None
-        return cls(m, backend, capacity)
+        return cls(m, backend, capacity, max_bytes)
 
     @classmethod
     def from_manifest(cls, prep: Any, params: Mapping[str, np.ndarray], backend: Any = "cpu", capacity: int = 256,
-                      node: str | None = None) -> "Generator":
+                      node: str | None = None, max_bytes: int | None = None) -> "Generator":
         """A generator for the language model node of a prepared manifest (``node``, default: the
         one node whose op is a model asset, e.g. char_gpt's ``gpt``) with ``params`` by name (a
         run's checkpoint)."""
-        return cls(_model_of(prep, lambda runner, specs: _upload(runner, specs, params), node), backend, capacity)
+        return cls(_model_of(prep, lambda runner, specs: _upload(runner, specs, params), node), backend, capacity,
+                   max_bytes)
 
     @classmethod
     def from_run(cls, ref: str, *, store: Any = None, backend: Any = "cpu", capacity: int | None = None) -> "Generator":
@@ -194,6 +197,7 @@ class Generator:
         low = lower_topology(m.topology, m.doc, dims=dims, outputs=[m.node], name=f"{m.name}.generate",
                              model_spec=m.model_spec, cache=CacheSpec(self.capacity, batch, span))
         _pick(low.graph, low.graph.outputs.pop(m.node), batch, t, sampler, seed)
+        self._check_size(low.graph, batch)
         exe = self.runner.compile(low.graph)
         self._graphs[key] = (exe, low)
         if not self._loaded:
@@ -202,6 +206,22 @@ class Generator:
         self.vocab_size = low.graph.type_of(low.graph.outputs[LOGITS_OUT]).shape[-1]
         self._caches |= set(low.graph.state) - set(low.params)
         return exe
+
+    def resident_bytes(self, graph: Any) -> int:
+        """What ``graph``'s resident state takes: the weights and the KV caches."""
+        return sum(d.type.nbytes for d in graph.state.values())
+
+    def _check_size(self, graph: Any, batch: int) -> None:
+        if self.max_bytes is None:
+            return
+        need = self.resident_bytes(graph)
+        if need > self.max_bytes:
+            from caramba.errors import ResourceError
+
+            raise ResourceError(
+                f"generating with this model needs {need / 2**20:.1f} MiB of weights and KV caches (capacity "
+                f"{self.capacity}, batch {batch}); the limit is {self.max_bytes / 2**20:.1f} MiB",
+                hint="a smaller capacity or batch, a smaller model, or a higher limit")
 
     def _use_batch(self, batch: int) -> None:
         """Caches are [batch, ...] state: a new batch size drops the old caches (and graphs)."""
@@ -273,6 +293,14 @@ class Generator:
     def lengths(self) -> np.ndarray:
         """Each row's filled positions (prompt + fed tokens)."""
         return self._lengths.copy()
+
+    def vocab(self) -> int:
+        """The model's vocabulary size (the logits' last dimension); before the first step this
+        compiles the smallest graph and loads the weights, as a repetition penalty's first step does."""
+        if self.vocab_size is None:
+            self._use_batch(self._batch or 1)
+            self._graph(self._batch or 1, 1, GREEDY, 0)
+        return int(self.vocab_size or 0)
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, eos_id: int | None = None,
                  sampler: Sampler | None = None, seed: int = 0) -> Iterator[np.ndarray]:
@@ -398,12 +426,13 @@ def model_context(prep: Any, node: str | None = None) -> int | None:
     return _model_of(prep, _upload, node).context
 
 
-def run_model(ref: str, *, store: Any = None) -> tuple[Any, dict[str, np.ndarray], Any]:
+def run_model(ref: str, *, store: Any = None, max_bytes: int | None = None) -> tuple[Any, dict[str, np.ndarray], Any]:
     """(prepared manifest, newest checkpoint's tensors, run record) of run ``ref``; the
-    checkpoint's digest is checked against the store's record (as ``caramba model export``)."""
+    checkpoint's digest is checked against the store's record (as ``caramba model export``);
+    a checkpoint over ``max_bytes`` is refused before it is read."""
     from caramba.run.trained import load_trained
 
-    run = load_trained(ref, store, purpose="generate with")
+    run = load_trained(ref, store, purpose="generate with", max_bytes=max_bytes)
     return run.prep, run.params, run.record
 
 

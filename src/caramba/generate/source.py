@@ -9,10 +9,11 @@ from typing import Any
 
 
 def open_model(model: str, *, backend: str, dtype: str, store: str | None, config: str | None,
-               text: bool) -> tuple[Any, Any, Any]:
+               text: bool, max_bytes: int | None = None) -> tuple[Any, Any, Any]:
     """``(make(capacity) -> Generator, tokenizer or None, prepared manifest)`` for a Hugging Face
     folder (its tokenizer.json) or a character-level run (its dataset's characters); ``text``:
-    a tokenizer is needed."""
+    a tokenizer is needed. ``max_bytes`` bounds the weights and KV caches (a ResourceError
+    before weights are read: from the checkpoint's headers, or a run checkpoint's size)."""
     from caramba.errors import ConfigError
     from caramba.generate import Generator, is_checkpoint_folder
 
@@ -25,13 +26,14 @@ def open_model(model: str, *, backend: str, dtype: str, store: str | None, confi
             from caramba.text import load_tokenizer
 
             tok = load_tokenizer(model)
-        return (lambda cap: Generator.from_pretrained(source, backend=backend, capacity=cap)), tok, source.prep
+        return ((lambda cap: Generator.from_pretrained(source, backend=backend, capacity=cap, max_bytes=max_bytes)),
+                tok, source.prep)
     from caramba.config import load_settings
     from caramba.generate import run_model
     from caramba.store.runs import RunStore
 
     runs = RunStore(load_settings(config, overrides={"store": store}).store)
-    prep, params, rec = run_model(model, store=runs)
+    prep, params, rec = run_model(model, store=runs, max_bytes=max_bytes)
     tok = None
     if text:
         vocab = getattr(prep.dataset, "vocab", None)
@@ -42,7 +44,8 @@ def open_model(model: str, *, backend: str, dtype: str, store: str | None, confi
             from caramba.text import CharTokenizer
 
             tok = CharTokenizer(vocab)
-    return (lambda cap: Generator.from_manifest(prep, params, backend=backend, capacity=cap)), tok, prep
+    return ((lambda cap: Generator.from_manifest(prep, params, backend=backend, capacity=cap, max_bytes=max_bytes)),
+            tok, prep)
 
 
 __all__ = ["open_model"]

@@ -30,10 +30,11 @@ class TrainedRun:
 
 
 def load_trained(ref: str, store: Any = None, *, purpose: str = "use",
-                 check: Callable[[Any], None] | None = None) -> TrainedRun:
+                 check: Callable[[Any], None] | None = None, max_bytes: int | None = None) -> TrainedRun:
     """Run ``ref`` (ID, prefix or ``latest``) in ``store`` (default: the configured one).
     ``purpose`` completes "there are no trained weights to ..."; ``check(prep)`` may refuse the
-    run's model (a ConfigError, reported with the run's ID) before the checkpoint is read."""
+    run's model (a ConfigError, reported with the run's ID) before the checkpoint is read;
+    ``max_bytes`` refuses a checkpoint larger than that (ResourceError) before reading it."""
     from caramba.actors.experiment import RunSpec
     from caramba.run.driver import plan_from_spec
     from caramba.store.runs import open_runs
@@ -54,6 +55,11 @@ def load_trained(ref: str, store: Any = None, *, purpose: str = "use",
         raise ConfigError(f"run {rec.id} saved no checkpoint, so there are no trained weights to {purpose}",
                           hint="checkpoints: {at_end: true} (the default) saves one when a run ends")
     newest = ckpts[-1]
+    if max_bytes is not None and newest.size > max_bytes:
+        from caramba.errors import ResourceError
+
+        raise ResourceError(f"run {rec.id}'s checkpoint is {newest.size / 2**20:.1f} MiB; this process allows "
+                            f"{max_bytes / 2**20:.1f} MiB", hint="raise the limit, or use a smaller model")
     tensors, info = read_checkpoint(newest.path, newest.sha256)
     return TrainedRun(rec.id, plan.prep, dict(tensors), info.step, plan.backend, newest.sha256 or "", rec)
 

@@ -120,3 +120,39 @@ def test_generation_needs_the_token(app):
 def test_hostile_model_names_are_plain_4xx(client_with_roots, model):
     r = client_with_roots.post("/api/v1/generate", json={"model": model, "prompt": "the cat", "max_new_tokens": 2})
     assert r.status_code in (404, 422), r.text
+
+
+def test_the_last_model_stays_loaded_for_the_next_request(client_with_roots, checkpoint, monkeypatch):
+    import os
+
+    import caramba.generate.source as source
+
+    opened = []
+    real = source.open_model
+    monkeypatch.setattr(source, "open_model", lambda *a, **k: (opened.append(a[0]), real(*a, **k))[1])
+    body = {"model": "./tiny-gpt2", "prompt": "the cat", "max_new_tokens": 4}
+    first = [e for k, e in events(client_with_roots.post("/api/v1/generate", json=body).text) if k == "token"]
+    second = [e for k, e in events(client_with_roots.post("/api/v1/generate", json=body).text) if k == "token"]
+    assert first == second and len(opened) == 1  # the same tokens, from the model loaded once
+    _, d = checkpoint
+    st = os.stat(d / "model.safetensors")
+    os.utime(d / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the files changed: reopen
+    assert client_with_roots.post("/api/v1/generate", json=body).status_code == 200
+    assert len(opened) == 2
+
+
+def test_a_model_over_the_memory_limit_is_refused_before_the_stream(store, checkpoint):
+    from fastapi.testclient import TestClient
+
+    from caramba.api import create_app
+    from caramba.config import Settings
+
+    root, _ = checkpoint
+    settings = Settings(store=str(store), api_token=API_TOKEN, serve_data_roots=str(root),
+                        serve_generate_memory_mb=0.01)  # 10 KiB: less than the tiny model's weights
+    app = create_app(settings, hosts=TEST_HOSTS)
+    with TestClient(app, headers={"Authorization": f"Bearer {API_TOKEN}"}) as c:
+        r = c.post("/api/v1/generate", json={"model": "./tiny-gpt2", "prompt": "the cat", "max_new_tokens": 4})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    assert "MiB of weights and KV caches" in r.text and "limit" in r.text

@@ -10,8 +10,12 @@ then the answer is a ``text/event-stream``:
 - ``end``: ``{tokens, reason}`` (``eos``, ``length`` or ``cancelled`` when the client left);
 - ``error``: ``{message}`` if generation failed after it started.
 
-One generation runs at a time on a server (others get 503 and Retry-After); the KV cache lives on
-the runner of that request and is released when it ends.
+One generation runs at a time on a server (others get 503 and Retry-After). The weights and KV
+caches one generation may hold are bounded by ``serve_generate_memory_mb`` (from the checkpoint's
+headers or a run checkpoint's size, before anything is read: a 413-style refusal, never an
+out-of-memory server). The last model used stays loaded (weights, compiled graphs, caches) for
+the next request that names the same model: the same folder with unchanged files, or the same
+run with the same newest checkpoint; a longer request than its cache holds opens it anew.
 """
 
 from __future__ import annotations
@@ -32,14 +36,30 @@ from caramba.errors import ConfigError
 
 router = APIRouter(tags=["generate"])
 _LOCKS: dict[int, threading.Lock] = {}  # one generation at a time per app
+# app -> (model key, tokenizer, prepared manifest, Generator or None, make(capacity))
+_KEPT: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
+
+
+def _model_key(body: Any, folder: str | None, store_root: str) -> tuple:
+    """What identifies a loaded model: the folder and its files' sizes and times, or the run and
+    its newest checkpoint's digest (read from the store, not the checkpoint)."""
+    if folder is not None:
+        files = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(folder) if e.is_file())
+        return ("folder", folder, tuple(files), body.backend)
+    from caramba.store.runs import RunStore
+
+    runs = RunStore(store_root)
+    rec = runs.get(body.model)
+    ckpts = runs.artifacts(rec.id, "checkpoint")
+    return ("run", rec.id, ckpts[-1].sha256 if ckpts else "", body.backend)
 
 
 def _roots(settings: Any) -> list[str]:
     return [r.strip() for r in (getattr(settings, "serve_data_roots", "") or "").split(os.pathsep) if r.strip()]
 
 
-def _open(body: GenerateIn, state: Any) -> tuple[Any, Any, list[int], int, Any, str]:
-    """(make(capacity), tokenizer, prompt ids, new tokens, sampler, model label), or a 4xx."""
+def _open(body: GenerateIn, state: Any, app: int) -> tuple[Any, Any, list[int], int, Any, str]:
+    """(Generator, tokenizer, prompt ids, new tokens, sampler, model label), or a 4xx."""
     from caramba.data.sources import outside_roots
     from caramba.generate import Sampler, is_checkpoint_folder, model_context
     from caramba.generate.source import open_model
@@ -60,16 +80,24 @@ def _open(body: GenerateIn, state: Any) -> tuple[Any, Any, list[int], int, Any, 
         folder = os.path.realpath(os.path.join(base, body.model))
         if not is_checkpoint_folder(folder):
             raise NotFound("no Hugging Face checkpoint folder (config.json + safetensors) at that path")
-        make, tok, prep = open_model(folder, backend=body.backend, dtype="float32", store=None, config=None,
-                                     text=True)
         label = Path(folder).name
     else:
-        try:
-            make, tok, prep = open_model(body.model, backend=body.backend, dtype="float32",
-                                         store=str(state.store_root), config=None, text=True)
-        except RunNotFound as exc:
-            raise NotFound(exc.message) from None
-        label = body.model
+        folder, label = None, body.model
+    limit_mb = getattr(state.settings, "serve_generate_memory_mb", 0) or 0
+    max_bytes = int(float(limit_mb) * 2**20) if limit_mb > 0 else None
+    try:
+        key = _model_key(body, folder, str(state.store_root))
+        kept = _KEPT.get(app)
+        if kept is not None and kept[0] == key:
+            _, tok, prep, gen, make = kept
+        else:
+            _drop(app)
+            make, tok, prep = open_model(folder or body.model, backend=body.backend, dtype="float32",
+                                         store=None if folder else str(state.store_root), config=None, text=True,
+                                         max_bytes=max_bytes)
+            gen = None
+    except RunNotFound as exc:
+        raise NotFound(exc.message) from None
     ids = tok.encode(body.prompt)
     n = body.max_new_tokens
     limit = model_context(prep)
@@ -79,7 +107,21 @@ def _open(body: GenerateIn, state: Any) -> tuple[Any, Any, list[int], int, Any, 
     if len(ids) + n - 1 > capacity:
         raise ConfigError(f"the prompt ({len(ids)} tokens) and {n} new tokens need {len(ids) + n - 1} cache positions; "
                           f"the cache has {capacity}", hint="a shorter prompt, fewer new tokens, or a larger capacity")
-    return (lambda: make(capacity)), tok, ids, n, sampler, label
+
+    if gen is None or gen.capacity < capacity:  # open (or grow) it now: a refusal is still a 4xx
+        if gen is not None:
+            gen.close()
+        _KEPT.pop(app, None)
+        gen = make(capacity)
+        gen.vocab()  # lowers the first graph (the memory limit is checked there) and loads the weights
+    _KEPT[app] = (key, tok, prep, gen, make)
+    return gen, tok, ids, n, sampler, label
+
+
+def _drop(app: int) -> None:
+    kept = _KEPT.pop(app, None)
+    if kept is not None and kept[3] is not None:
+        kept[3].close()
 
 
 @router.post(
@@ -99,7 +141,8 @@ async def generate(body: GenerateIn, request: Request) -> StreamingResponse:
     if not lock.acquire(blocking=False):
         raise Busy("a generation is running on this server; retry when it ends")
     try:
-        make, tok, ids, n, sampler, label = await run_in_threadpool(_open, body, request.app.state.caramba)
+        gen, tok, ids, n, sampler, label = await run_in_threadpool(_open, body, request.app.state.caramba,
+                                                                       id(request.app))
     except BaseException:
         lock.release()
         raise
@@ -107,29 +150,31 @@ async def generate(body: GenerateIn, request: Request) -> StreamingResponse:
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
 
+    app = id(request.app)
+
     def work() -> None:
         count, reason = 0, "length"
         try:
-            with make() as gen:
-                decoder = tok.stream(skip_special_tokens=True)
-                for step in gen.generate([ids], n, eos_id=tok.eos_id, sampler=sampler, seed=body.seed):
-                    t = int(step[0])
-                    if stop.is_set():
-                        reason = "cancelled"
-                        break
-                    if t < 0:
-                        reason = "eos"
-                        break
-                    count += 1
-                    loop.call_soon_threadsafe(queue.put_nowait, ("token", {"id": t, "text": decoder.push(t)}))
-                    if t == tok.eos_id:
-                        reason = "eos"
-                        break
-                rest = decoder.flush()
-                if rest:
-                    loop.call_soon_threadsafe(queue.put_nowait, ("token", {"id": None, "text": rest}))
+            decoder = tok.stream(skip_special_tokens=True)  # the generator stays loaded for the next request
+            for step in gen.generate([ids], n, eos_id=tok.eos_id, sampler=sampler, seed=body.seed):
+                t = int(step[0])
+                if stop.is_set():
+                    reason = "cancelled"
+                    break
+                if t < 0:
+                    reason = "eos"
+                    break
+                count += 1
+                loop.call_soon_threadsafe(queue.put_nowait, ("token", {"id": t, "text": decoder.push(t)}))
+                if t == tok.eos_id:
+                    reason = "eos"
+                    break
+            rest = decoder.flush()
+            if rest:
+                loop.call_soon_threadsafe(queue.put_nowait, ("token", {"id": None, "text": rest}))
             loop.call_soon_threadsafe(queue.put_nowait, ("end", {"tokens": count, "reason": reason}))
         except Exception as exc:  # reported in the stream: the 200 was already sent
+            _drop(app)  # a failed generation leaves nothing behind
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             loop.call_soon_threadsafe(queue.put_nowait, ("error", {"message": message}))
         finally:
