@@ -347,6 +347,8 @@ class Fuser:
             if len(work) < 2 and not (work and elementwise_flops(self.graph.node(work[0]).op) >= SOLO_FLOPS):
                 continue
             expr, inputs = self.program(members, root.id)
+            if not inputs:  # a chain over constants alone: constant folding's job (canonicalize), not a kernel's
+                continue
             d = {self.graph.type_of(r).dtype for r in inputs} | {root.types[0].dtype}
             if not self.supports("fused.elementwise", d, root):
                 continue

@@ -72,11 +72,12 @@ def same_dtype(op_id: str, types: tuple[ValueType, ...]) -> DType:
 # ---- the op function every constructor returns ------------------------------------------
 
 
-def op_function(opdef: OpDef) -> Callable[..., Any]:
+def op_function(opdef: OpDef, scalars_like: tuple[int, ...] | None = None) -> Callable[..., Any]:
     """The Python API for ``opdef``: ``fn(*inputs, name=None, precision=None, **attrs)``.
 
-    Python/NumPy scalars among the inputs become constants of the first value's dtype;
-    trailing ``None`` inputs are dropped (optional inputs).
+    Python/NumPy scalars among the inputs become constants of the first value's dtype (with
+    ``scalars_like``: of the first value among those inputs, e.g. where's branches, never its
+    bool condition); trailing ``None`` inputs are dropped (optional inputs).
     """
 
     def fn(*inputs: Any, name: str | None = None, precision: Any = None, origin: Any = None, **attrs: Any):
@@ -84,6 +85,13 @@ def op_function(opdef: OpDef) -> Callable[..., Any]:
         while items and items[-1] is None:
             items.pop()
         like = next((x for x in items if isinstance(x, Value)), None)
+        if scalars_like is not None:  # scalars take these inputs' dtype (where's branches, not its condition)
+            typed = [items[k] for k in scalars_like if k < len(items) and isinstance(items[k], Value)]
+            if not typed and any(k < len(items) for k in scalars_like):
+                raise GraphError(f"{opdef.id}: inputs {list(scalars_like)} are all Python scalars, so nothing says "
+                                 "their dtype", op=opdef.id, hint="give one of them as a graph value (ops.constant or "
+                                 "ops.cast) of the dtype you want")
+            like = typed[0] if typed else like
         g = like.graph if like is not None else current_graph()
         if like is not None:
             items = [x if isinstance(x, Value) else lift(x, like) for x in items]
@@ -110,6 +118,7 @@ def define(
     aliases: Iterable[tuple[int, int]] = (),
     version: int = 1,
     doc: str = "",
+    scalars_like: tuple[int, ...] | None = None,
 ) -> Callable[..., Any]:
     opdef = register(
         OpDef(
@@ -125,7 +134,7 @@ def define(
             doc,
         )
     )
-    return op_function(opdef)
+    return op_function(opdef, scalars_like)
 
 
 def unary(

@@ -69,7 +69,8 @@ def _where(ins: tuple[ValueType, ...], a) -> tuple[ValueType, ...]:
     return (ValueType(broadcast_shapes(cond.shape, x.shape, y.shape), x.dtype),)
 
 
-where = define("math.where", _where, 3, traits={"elementwise"}, doc="cond ? x : y, broadcast")
+where = define("math.where", _where, 3, traits={"elementwise"}, scalars_like=(1, 2),
+               doc="cond ? x : y, broadcast; a Python scalar branch takes the other branch's dtype")
 
 
 def _cast(ins: tuple[ValueType, ...], a) -> tuple[ValueType, ...]:

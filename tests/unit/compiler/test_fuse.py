@@ -284,3 +284,26 @@ def test_a_cpu_runner_without_numba_runs_everything_unfused(monkeypatch):
 
         z = x @ w + b
         np.testing.assert_allclose(y, 0.5 * z * sc.erfc(-z / np.sqrt(2)), rtol=1e-14)
+
+
+def test_a_chain_over_constants_alone_compiles_with_canonicalize_disabled():
+    """``exp(constant) * -1.0`` without constant folding: no fused node with no inputs (the
+    verifier refused it); every optional pass may be disabled (docs/compiler.md)."""
+    import numpy as np
+
+    from caramba import compute, ops
+    from caramba.ir.graph import Graph
+
+    with Graph("consts") as g:
+        x = g.input("x", (3,))
+        c = ops.exp(g.constant(np.array([0.0, 1.0, 2.0]))) * -1.0
+        g.output("c", c)  # the chain alone is an output: it cannot hide inside x's chain
+        g.output("y", x + c)
+    r = compute.new("cpu")
+    try:
+        exe = r.compile(g, disable=("canonicalize",))
+        out = exe.run({"x": r.upload(np.ones(3))})
+        np.testing.assert_allclose(out["c"].download(), -np.exp([0.0, 1.0, 2.0]), rtol=1e-15)
+        np.testing.assert_allclose(out["y"].download(), 1.0 - np.exp([0.0, 1.0, 2.0]), rtol=1e-15)
+    finally:
+        r.close()
