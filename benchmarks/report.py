@@ -110,6 +110,16 @@ TARGETS: tuple[tuple[str, str, str, str, float], ...] = (
     ("mlp_train_step", "[128,64]→256→256→10", "caramba:cpu", "torch", 1.0),
     ("mlp_train_step", "[256,784]→1024→1024→10", "caramba:cpu", "jax", 1.5),
     ("mlp_train_step", "[256,784]→1024→1024→10", "caramba:cpu", "torch", 1.0),
+    # issue 20: forward norms and softmax on every listed shape, the char-GPT train step, GPT-2
+    # small and ResNet-18 forwards (the backward rows are reported, not targeted)
+    *(("layer_norm", f"{s} float64", "caramba:cpu", "torch", 1.5) for s in ("8x64", "32x256", "64x768", "8x16x64")),
+    *(("softmax", f"{s} float64", "caramba:cpu", "torch", 1.3) for s in ("8x64", "32x128", "64x512", "8x16x64", "4x8x32x128")),
+    *(("char_gpt_train_step", f"16x64 {d}", "caramba:cpu", p, lim) for d in ("float64", "float32")
+      for p, lim in (("torch", 1.0), ("jax", 1.2))),
+    ("gpt2_small_forward", "1x128 float32", "caramba:cpu", "torch", 1.2),
+    ("gpt2_small_forward", "8x128 float32", "caramba:cpu", "torch", 1.2),
+    ("resnet18_forward", "8x3x64x64 float32", "caramba:cpu", "torch", 1.3),
+    ("resnet18_forward", "8x3x64x64 float64", "caramba:cpu", "torch", 1.0),
 )
 
 

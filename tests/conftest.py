@@ -7,6 +7,8 @@ spinning thread pools fighting over them. Tests never depend on thread counts.
 
 import os
 
+import pytest
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -26,3 +28,13 @@ def pytest_xdist_auto_num_workers(config):
     """`-n auto` (the default, see pyproject's addopts): one worker per logical CPU, at most 8
     (each worker imports JAX, ONNX Runtime and wgpu; more would trade memory for little)."""
     return max(1, min(os.cpu_count() or 1, 8))
+
+
+@pytest.fixture(autouse=True)
+def _no_manifest_assets_from_earlier_tests():
+    """Validating a manifest puts the assets/ folder beside it on the asset search path of its
+    thread (caramba.manifest.registry) until the next manifest: each test starts without one."""
+    from caramba.manifest.registry import manifest_assets
+
+    with manifest_assets(()):
+        yield

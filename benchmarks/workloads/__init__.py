@@ -1,15 +1,18 @@
 """Benchmark workloads, in the order the report shows them."""
 
 from benchmarks.workloads.chain import Chain
+from benchmarks.workloads.cnn import Conv2d, Pool2d, ResNet18Forward
 from benchmarks.workloads.compile_time import CompileTime
 from benchmarks.workloads.dense import Dense
 from benchmarks.workloads.elementwise import Gelu
 from benchmarks.workloads.gemm import Gemm
+from benchmarks.workloads.gpt import CharGptTrain, Gpt2SmallForward
 from benchmarks.workloads.mlp_train import MlpTrain
-from benchmarks.workloads.norms import LayerNorm, Softmax
+from benchmarks.workloads.norms import LayerNorm, LayerNormGrad, RmsNorm, RmsNormGrad, Softmax, SoftmaxGrad
 from benchmarks.workloads.transformer import TransformerBlock
 
-WORKLOADS = [Gemm(), Dense(), Softmax(), LayerNorm(), Gelu(), Chain(), MlpTrain(), TransformerBlock(), CompileTime()]
+WORKLOADS = [Gemm(), Dense(), Softmax(), LayerNorm(), RmsNorm(), SoftmaxGrad(), LayerNormGrad(), RmsNormGrad(), Gelu(), Chain(), MlpTrain(), TransformerBlock(), CharGptTrain(), Gpt2SmallForward(), Conv2d(), Pool2d(),
+             ResNet18Forward(), CompileTime()]
 
 
 def by_name(names: list[str] | None, also_known: tuple[str, ...] = ()):

@@ -2,11 +2,18 @@
 
 The config file is the first of ``--config``, ``./caramba.yml``, ``~/.caramba/config.yml``.
 ``caramba config show`` prints every setting and where its value came from.
+
+``assets`` lists folders of the user's own assets (docs/manifest.md, "Your own assets"): in the
+config file a list (or an os.pathsep-separated string) of folders, relative ones taken from the
+file's folder. ``CARAMBA_ASSET_PATH`` adds more folders (it does not replace these). An unknown
+``CARAMBA_*`` environment variable is reported once with a did-you-mean (a typo would otherwise
+be ignored silently).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -34,11 +41,19 @@ class Settings:
     xla_shared_plugin_file: str = ""
     xla_plugin_names: str = ""
     xla_library_dirs: str = ""
+    # folders of the user's own assets (os.pathsep-separated; caramba.yml takes a list), see caramba.manifest.registry
+    assets: str = ""
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 _FIELDS = {f.name: f for f in fields(Settings) if f.name != "sources"}
 _CACHE: dict[str, Settings] = {}
+# CARAMBA_* variables read outside the settings (and by the project's own test harness)
+OTHER_ENV = frozenset({
+    "CARAMBA_ASSET_PATH", "CARAMBA_SANDBOX_SELFTEST", "CARAMBA_COMPLIANCE_BACKENDS", "CARAMBA_COMPLIANCE_BATCH",
+    "CARAMBA_CONFORMANCE_BACKENDS", "CARAMBA_CHROMIUM", "CARAMBA_NETNS_RUN", "CARAMBA_PROBE_SECRET",
+})
+_WARNED: set[str] = set()
 
 
 def config_file(explicit: str | None = None) -> Path | None:
@@ -76,9 +91,12 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
             raise ConfigError(f"config file {f} must be a mapping of settings")
         for k, v in data.items():
             if k not in _FIELDS:
-                raise ConfigError(f"unknown setting '{k}' in {f}; {did_you_mean(k, _FIELDS)}")
+                raise ConfigError(f"unknown setting '{k}' in {f}; {did_you_mean(str(k), _FIELDS)}")
+            if k == "assets":
+                v = _asset_folders(v, f)
             setattr(s, k, _coerce(k, v, str(f)))
             s.sources[k] = str(f)
+    _warn_unknown_env()
     for k in _FIELDS:
         env = f"CARAMBA_{k.upper()}"
         if env in os.environ:
@@ -91,6 +109,29 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
             setattr(s, k, _coerce(k, v, "flag"))
             s.sources[k] = "flag"
     return s
+
+
+def _asset_folders(value: Any, file: Path) -> str:
+    """The ``assets`` setting of a config file: a list (or os.pathsep-separated string) of
+    folders; a relative folder is taken from the config file's folder."""
+    if value is None:
+        return ""
+    items = value.split(os.pathsep) if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(f"setting 'assets' from {file}: expected a list of folders, got {value!r}",
+                          hint="assets: [my_assets, ~/shared/caramba_assets]")
+    base = file.resolve().parent
+    return os.pathsep.join(os.path.normpath(base / Path(i.strip()).expanduser()) for i in items if i.strip())
+
+
+def _warn_unknown_env() -> None:
+    """Say once (on stderr) which ``CARAMBA_*`` variables nothing reads, with a did-you-mean."""
+    known = {f"CARAMBA_{k.upper()}" for k in _FIELDS} | OTHER_ENV
+    for name in sorted(os.environ):
+        if name.startswith("CARAMBA_") and name not in known and name not in _WARNED:
+            _WARNED.add(name)
+            print(f"warning: environment variable {name} is not a caramba setting and is ignored; "
+                  f"{did_you_mean(name, known)}", file=sys.stderr)
 
 
 def settings() -> Settings:

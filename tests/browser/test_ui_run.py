@@ -23,9 +23,18 @@ def test_submit_the_example_and_watch_it_finish(page, login, artifacts):
     run_id = link.inner_text()
     link.click()
     page.wait_for_function(f"() => location.hash === '#/runs/{run_id}'")
+    # every progress the bar shows while the run trains (metrics rows move it between status events)
+    page.evaluate("""() => {
+        window.__progress = new Set();
+        const seen = () => document.querySelectorAll('.run-head .progress').forEach((p) => window.__progress.add(p.textContent.trim()));
+        new MutationObserver(seen).observe(document.querySelector('main'), {subtree: true, childList: true, characterData: true});
+        seen();
+    }""")
 
     # the run streams in while it trains, then the stream ends with the run finished
     page.locator(".run-head [data-status=finished]").wait_for(timeout=RUN_TIMEOUT_MS)
+    shown = page.evaluate("() => [...window.__progress]")
+    assert len(shown) >= 3 and "400/400" in shown, shown  # it advanced while the run trained
     page.locator("#run-charts[data-complete=true]").wait_for()
     chart = page.locator("#run-charts figure.loss-chart[data-metric=loss]")
     chart.wait_for()
@@ -47,4 +56,16 @@ def test_submit_the_example_and_watch_it_finish(page, login, artifacts):
     page.wait_for_function("() => Number(document.querySelector('#loss-chart').dataset.points) > 0")
     assert page.locator(f"tr[data-run='{run_id}'] [data-status=finished]").count() == 1
     page.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
+    assert page.js_errors == []
+
+
+def test_pages_fit_a_phone_screen(page, login, artifacts):
+    """At 375 px nothing makes the page wider than the screen (wide tables scroll inside)."""
+    page.set_viewport_size({"width": 375, "height": 740})
+    for route in ("#/experiments", "#/runs", "#/backends", "#/assets", "#/compile"):
+        page.goto(f"{login}/{route}")
+        page.wait_for_load_state("networkidle")
+        width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1] + 1, (route, width)
+    page.screenshot(path=str(artifacts / "phone.png"), full_page=True)
     assert page.js_errors == []

@@ -288,8 +288,8 @@ def test_chat_keeps_the_conversation_through_the_chat_template(tmp_path):
     from typer.testing import CliRunner
 
     from caramba.cli import app
-    from caramba.cli.generate import chat_prompt
     from caramba.text import load_tokenizer, train_bpe
+    from caramba.text.chat import chat_prompt
 
     _, directory = ref_encoder.make("gpt2", tmp_path / "gpt2", "float64", vocab_size=300, n_positions=128)
     train_bpe(["user: hi there\nassistant: hello\n" * 30], vocab_size=300).save(directory / "tokenizer.json")

@@ -238,6 +238,8 @@ class Reason(Message):
     def __str__(self) -> str:
         if self.kind == "row":
             return f"row {self.seq}: {self.problem}"
+        if self.seq < 0:  # no entry: what was asked for, not a row
+            return f"'{self.entry}': {self.problem}"
         return f"#{self.seq} {self.kind} '{self.name}': {self.problem}"
 
 
@@ -312,17 +314,19 @@ class LedgerReport(Message):
     head_problems: list[str] = Field(default_factory=list)
     against: TreeHead | None = None
     tree: TreeHead | None = None
+    deleted: list[str] = Field(default_factory=list, description="runs deleted by the operator, one line each")
 
     def as_text(self) -> str:
+        gone = [f"  deleted: {d}" for d in self.deleted]
         if self.ok:
             kept = f"; extends the kept {self.against.label()}" if self.against else ""
-            return f"ledger OK: {self.entries} entries, head {self.head[:12]}{kept}"
+            return "\n".join([f"ledger OK: {self.entries} entries, head {self.head[:12]}{kept}", *gone])
         n = len(self.database) + len(self.problems) + len(self.head_problems)
         lines = [f"ledger INVALID: {n} problem(s) in {self.entries} entries ({self.file})"]
         lines += [f"  {d}" for d in self.database]
         lines += [f"  {h}" for h in self.head_problems]
         lines += [f"  {p}" for p in self.problems]
-        return "\n".join(lines)
+        return "\n".join(lines + gone)
 
 
 # ---- invariants: facts every entry must satisfy, checked at query time ---------------------------
@@ -489,6 +493,7 @@ class _Snapshot:
     bindings: dict[str, list[Entry]] = field(default_factory=dict)  # actor -> identity entries, oldest first
     identity_problems: dict[int, str] = field(default_factory=dict)  # index of identity event -> why it binds nothing
     voids: dict[str, list[Entry]] = field(default_factory=dict)
+    deletions: dict[str, Entry] = field(default_factory=dict)  # run (subject) -> the Notary's first "deleted" event
     first_bad: int | None = None  # index of the first row with integrity problems
     _intents: dict[str, Entry] | None = None
 
@@ -534,6 +539,9 @@ def speaks_for(actor: str, subject: str, author: str) -> bool:
 
     return of_run(actor) if of_run(author) else actor_base(actor) == actor_base(author)
 
+
+# The event the Notary records when the operator deletes a run (``caramba research delete``).
+DELETED = "deleted"
 
 # The events of a run's own lifecycle: only the run's author records them.
 RUN_EVENTS = ("progress", "resumed", "committed", "cancelled", "failed")
@@ -868,6 +876,9 @@ class Ledger:
             if e.kind == "event" and e.name == "void":
                 for target in e.depends_on:
                     snap.voids.setdefault(target, []).append(e)
+            if (e.kind == "event" and e.name == DELETED and e.subject and e.actor == self.identity.name
+                    and e.public_key == self.identity.public_key and not problems.get(i)):
+                snap.deletions.setdefault(e.subject, e)
         return snap
 
     def _identity_problem(self, snap: _Snapshot, e: Entry) -> str | None:
@@ -932,7 +943,7 @@ class Ledger:
             if problem:
                 checks.append(Check(name=name, ok=False, detail=problem))
         if e.kind == "artifact" and not _artifact_payload(e):
-            checks.append(self._artifact_check(e, artifacts))
+            checks.append(self._artifact_check(e, artifacts, snap.deletions.get(e.subject)))
         return checks
 
     def _identity_check(self, snap: _Snapshot, e: Entry) -> Check:
@@ -945,13 +956,22 @@ class Ledger:
                          detail=f"key {e.public_key[:12]}… is not the key bound to '{e.actor}' at this point ({str(key)[:12]}…, bound in #{reg.seq})")
         return Check(name="identity", ok=True, detail=f"key bound in #{reg.seq}")
 
-    def _artifact_check(self, e: Entry, artifacts: ArtifactChecker | None) -> Check:
+    def _artifact_check(self, e: Entry, artifacts: ArtifactChecker | None, deletion: Entry | None = None) -> Check:
+        """Re-hash the artifact's bytes. A run the operator deleted (a later ``deleted`` event
+        signed by the Notary) may have lost them: gone is then what the ledger says, not
+        damage; bytes still there are checked as ever."""
         key, want, size = e.payload["key"], e.payload["sha256"], e.payload["size"]
+        deleted = deletion is not None and deletion.seq > e.seq
         if artifacts is None:
+            if deleted:
+                return Check(name="artifact", ok=True, detail=f"artifact '{key}' not re-checked: run deleted in #{deletion.seq}")
             return Check(name="artifact", ok=False, detail=f"cannot re-check artifact '{key}': no storage to read it from")
         try:
             got, got_size = artifacts(key)
         except CarambaError as exc:
+            if deleted and _is_missing(exc):
+                return Check(name="artifact", ok=True,
+                             detail=f"artifact '{key}' removed when run '{e.subject}' was deleted (#{deletion.seq})")
             return Check(name="artifact", ok=False, detail=f"artifact '{key}' cannot be read: {exc.message}")
         if got != want or got_size != size:
             return Check(
@@ -1130,11 +1150,27 @@ class Ledger:
         problems = self._integrity(snap, artifacts, judged=True)
         head_problems = self._head_problems(snap, against) if against is not None else []
         ok = not (database or problems or head_problems)
+        deleted = [f"run {subject} (#{d.seq}{', ' + str(d.payload['reason']) if d.payload.get('reason') else ''})"
+                   for subject, d in snap.deletions.items()]
         return LedgerReport(
             ok=ok, entries=len(snap.entries), head=snap.entries[-1].hash if snap.entries else "", problems=problems,
             file=self.path, database=database, head_problems=head_problems, against=against,
-            tree=self._sign_head(snap, len(snap.all)) if ok else None,
+            tree=self._sign_head(snap, len(snap.all)) if ok else None, deleted=deleted,
         )
+
+    def record_deletion(self, subject: str, payload: dict[str, Any]) -> Entry:
+        """Record that the operator deleted run ``subject`` (the Notary signs it): the run's
+        evidence stays, its artifacts may be gone. Recorded once; again, the first is returned."""
+        if not subject:
+            raise LedgerError("a deletion names the run it deletes (an empty subject was given)")
+        with self._lock:
+            done = [e for e in self.scan(subject=subject, kind="event", name=DELETED)[0]
+                    if e.actor == self.identity.name and e.public_key == self.identity.public_key]
+            if done:
+                return done[0]
+            intents = self.scan(subject=subject, kind="intent")[0]
+            return self.append_own("event", DELETED, payload, subject=subject,
+                                   depends_on=[intents[0].hash] if intents else [])
 
     def latest_valid(
         self, subject: str, name: str, *, kind: str | None = None, artifacts: ArtifactChecker | None = None
@@ -1153,6 +1189,12 @@ class Ledger:
                 return e, skipped
             skipped.append(v)
         return None, skipped
+
+
+def _is_missing(exc: CarambaError) -> bool:
+    from caramba.store.blobs import BlobNotFound
+
+    return isinstance(exc, BlobNotFound)
 
 
 def _expected_schema() -> list[tuple]:

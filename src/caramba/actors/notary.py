@@ -88,6 +88,15 @@ class TreeHeadOf(Message):
     """The signed tree head of the ledger as it is now (refused when the ledger does not verify)."""
 
 
+class RecordDeletion(Message):
+    """The operator deleted run ``subject``: the Notary records it (its own signed ``deleted``
+    event), so the run's evidence still verifies once its artifacts are gone. ``payload`` says
+    what was removed and why."""
+
+    subject: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
 class LatestValid(Message):
     subject: str
     name: str
@@ -164,6 +173,10 @@ class Notary(Actor):
     @handler
     def tree_head(self, msg: TreeHeadOf) -> TreeHead:
         return self.book.tree_head()
+
+    @handler
+    def record_deletion(self, msg: RecordDeletion) -> Entry:
+        return self.book.record_deletion(msg.subject, msg.payload)
 
     @handler
     def latest_valid(self, msg: LatestValid) -> LatestValidReply:

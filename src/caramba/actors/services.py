@@ -21,7 +21,7 @@ def start_services(
     """Spawn Storage (``root/blobs`` or ``storage_url``), Notary (``root/notary``) and the Model
     actor (``root/models``) under the default names; returns the names."""
     names = names or Services()
-    root = Path(root).absolute()
+    root = Path(root).expanduser().absolute()  # "~/lab" is the home folder, not a folder named "~"
     system.spawn(Storage, names.storage, kwargs={"url": storage_url or str(root / "blobs")})
     system.spawn(Notary, names.notary, kwargs={"root": str(root / "notary"), "storage": names.storage})
     system.spawn(ModelActor, names.models, kwargs={"root": str(root / "models"), "notary": names.notary})

@@ -129,7 +129,9 @@ async def request_error_handler(request: Request, exc: Exception) -> JSONRespons
 def allowed_methods(app: Any, path: str) -> list[str]:
     """The methods the spec documents for ``path`` (what a 405's ``Allow`` must list). A
     template matches segment by segment; only when none does may its last parameter span
-    several segments (artifact names such as ``checkpoints/step10.safetensors``)."""
+    several segments (artifact names such as ``checkpoints/step10.safetensors``), and then
+    only the templates with the most literal segments count (``/runs/{id}`` does not take
+    ``/runs/x/artifacts/a/b``: ``/runs/{id}/artifacts/{name}`` does)."""
     import re
 
     def pattern(template: str, greedy_last: bool) -> str:
@@ -140,9 +142,16 @@ def allowed_methods(app: Any, path: str) -> list[str]:
             for i, p in enumerate(parts)
         )
 
+    def literals(template: str) -> int:
+        return sum(1 for seg in template.split("/") if seg and not seg.startswith("{"))
+
     paths = app.openapi().get("paths", {})
     for greedy in (False, True):
-        methods = {m.upper() for t, item in paths.items() if re.fullmatch(pattern(t, greedy), path) for m in item}
+        found = [(t, item) for t, item in paths.items() if re.fullmatch(pattern(t, greedy), path)]
+        if greedy and found:
+            most = max(literals(t) for t, _ in found)
+            found = [(t, item) for t, item in found if literals(t) == most]
+        methods = {m.upper() for _, item in found for m in item}
         if methods:
             return sorted(methods)
     return []

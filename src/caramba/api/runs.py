@@ -158,6 +158,10 @@ def plan_submission(path: Path, overrides: list[str], targets: list[str], run_id
         if r not in known_runs:
             raise doc.error(("targets",), f"no run '{r}' in the chosen targets; {did_you_mean(r, known_runs)}")
     plans = [p for p in plans if not run_ids or p.run.id in run_ids]
+    from caramba.compute.registry import require
+
+    for spec in dict.fromkeys(p.backend for p in plans):  # a backend this server cannot run: 409, nothing recorded
+        require(spec)
     checked: set[int] = set()
     for p in plans:
         ref = p.run.checkpoint
@@ -232,7 +236,7 @@ class RunService:
             "steps": rec.steps, "summary": rec.summary, "error": error,
             "manifest_sha256": rec.manifest_sha256 or None, "live": live,
             "executor": rec.config.get("executor") or ("actors" if rec.config.get("ledger_run") else "local"),
-            "ledger_run": rec.config.get("ledger_run"),
+            "ledger_run": rec.config.get("ledger_run"), "tags": rec.tags, "note": rec.note,
         }
 
     def runs(self, *, experiment: str | None = None, group_id: str | None = None, status: str | None = None,

@@ -195,6 +195,8 @@ class RunOut(BaseModel):
     live: bool = Field(False, description="executing in this server (so it can be paused, resumed or cancelled)")
     executor: Literal["local", "actors"] = "local"
     ledger_run: str | None = Field(None, description="the run's subject in the Notary's ledger (actor runs)")
+    tags: list[str] = Field(default_factory=list, description="set with POST /runs/{id}/tags")
+    note: str = Field("", description="set with PUT /runs/{id}/note")
 
 
 class ExperimentOut(BaseModel):

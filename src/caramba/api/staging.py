@@ -26,6 +26,9 @@ def submissions_root(store_root: Path) -> Path:
 def relocate(exc: CarambaError, folder: Path) -> CarambaError:
     """Rewrite ``<folder>/name`` to ``name`` in the error's message and locations (in place)."""
     prefix = f"{folder}/"
+    for sub in getattr(exc, "errors", None) or ():  # each problem of an error that reports several
+        if sub is not exc:
+            relocate(sub, folder)
     exc.message = exc.message.replace(prefix, "")
     if exc.hint:
         exc.hint = exc.hint.replace(prefix, "")

@@ -7,7 +7,7 @@ ordinary IR ops; the core never imports a backend.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,6 +136,31 @@ def resolve_wrt(graph: Graph, item: Any) -> tuple[list[Ref], ValueType]:
         refs = [n.outputs[0] for n in graph.nodes if n.op == "state.read" and n.attrs["name"] == item]
         return refs, graph.state[item].type
     raise GraphError(f"wrt entries are graph values or state names, got {type(item).__name__}")
+
+
+def blocking_node(graph: Graph, outputs: Sequence[Ref], wrt: Iterable[Ref]) -> Node | None:
+    """The first node (from the outputs back) a gradient of ``outputs`` with respect to ``wrt``
+    would have to cross but cannot (a non-differentiable op on a float path between them), or
+    None: what ``vjp_refs`` would refuse, found without building the backward graph (manifest
+    validation asks it before any run starts)."""
+    position = {n.id: i for i, n in enumerate(graph.nodes)}
+    last = max((position[r.node] for r in outputs), default=-1)
+    nodes = graph.nodes[: last + 1]
+    on_path: set[Ref] = set(wrt)
+    for node in nodes:
+        if any(r in on_path for r in node.inputs):
+            on_path.update(node.outputs)
+    reached = {r for r in outputs if r in on_path and graph.type_of(r).dtype.is_float}
+    for node in reversed(nodes):
+        if not any(r in reached for r in node.outputs):
+            continue
+        ins = [r for r in node.inputs if r in on_path and graph.type_of(r).dtype.is_float]
+        if not ins:
+            continue
+        if not get_op(node.op).differentiable:
+            return node
+        reached.update(ins)
+    return None
 
 
 def vjp_refs(

@@ -20,8 +20,19 @@ app = typer.Typer(
 
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from caramba import __version__
+
+        typer.echo(f"caramba {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print caramba's version and exit"),
+) -> None:
     """caramba: manifests in, verified graphs out, on any backend."""
 
 
@@ -39,6 +50,8 @@ COMMAND_MODULES = (
     "caramba.cli.model",
     "caramba.cli.generate",
     "caramba.cli.image",
+    "caramba.cli.program",
+    "caramba.cli.export",
 )
 
 for _name in COMMAND_MODULES:
@@ -51,6 +64,9 @@ def main() -> None:
     except CarambaError as exc:
         # Errors that teach: print the message (it names what and where), no traceback.
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True, highlight=False)
+        # escaped: a message's own brackets (pip install 'caramba[webgpu]', [node 'x']) are text, not markup
+        Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {escape(str(exc))}", markup=True,
+                                   highlight=False)
         sys.exit(2)

@@ -11,28 +11,34 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="asset")
 
     @group.command("list")
-    def list_(kind: str = typer.Argument(None, help="operation, optimizer, block, model, manifest or architecture")) -> None:
-        """List assets, optionally of one kind."""
+    def list_(
+        kind: str = typer.Argument(None, help="operation, optimizer, block, model, manifest, architecture or runtime"),
+        manifest: str = typer.Option(None, "--manifest", "-m", help="also the assets/ folder beside this manifest"),
+    ) -> None:
+        """List assets, optionally of one kind, and where each comes from: builtin, or the folder
+        of the asset search path that holds it (setting assets, CARAMBA_ASSET_PATH, --manifest)."""
         from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from caramba.manifest.registry import registry
 
+        _beside(manifest)
         assets = registry().list(kind)
         table = Table(title=f"caramba assets{f' ({kind})' if kind else ''}: {len(assets)}")
-        for col in ("id", "kind", "inputs", "description"):
+        for col in ("id", "kind", "from", "inputs", "description"):
             table.add_column(col, overflow="fold")
         for a in assets:
             ins = ", ".join(p.name + ("?" if p.optional else "") for p in a.inputs) or "-"
             desc = a.description if len(a.description) <= 90 else a.description[:87] + "..."
-            table.add_row(a.op, a.kind, escape(ins), escape(desc))
+            table.add_row(a.op, a.kind, escape(a.source), escape(ins), escape(desc))
         Console().print(table)
 
     @group.command("show")
     def show(
         op: str = typer.Argument(..., help="asset ID, e.g. projection.linear or model.gpt2_small"),
         source: bool = typer.Option(False, "--source", help="print the asset's YAML file"),
+        manifest: str = typer.Option(None, "--manifest", "-m", help="also the assets/ folder beside this manifest"),
     ) -> None:
         """Show one asset: ports, typed config with defaults, and for blocks and models the
         parameter count of their example."""
@@ -43,6 +49,7 @@ def register(app: typer.Typer) -> None:
         from caramba.errors import ConfigError
         from caramba.manifest.registry import registry
 
+        _beside(manifest)
         reg = registry()
         try:
             a = reg.get(op)
@@ -50,6 +57,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(exc.args[0]) from None
         console = Console(highlight=False)
         if source:
+            typer.echo(a.text, nl=False)
+            return
+        if a.kind == "runtime":  # a runtime program is its YAML file (docs/programs.md)
             typer.echo(a.text, nl=False)
             return
         if a.kind == "manifest":  # printed as YAML (the header as comments), so `> my.yml` gives a manifest
@@ -60,7 +70,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"# {a.op}: " + "\n# ".join(textwrap.wrap(a.description, 96)))
             typer.echo(template_text(a), nl=False)
             return
-        console.print(f"[bold]{a.op}[/] ({a.kind}{', ' + a.category if a.category else ''})  {a.file}")
+        console.print(f"[bold]{escape(a.op)}[/] ({a.kind}{', ' + escape(a.category) if a.category else ''})  "
+                      f"{escape(a.file)}" + ("" if a.source == "builtin" else f"  (from {escape(a.source)})"))
         console.print(escape(a.description))
         if a.kind == "architecture":  # a Hugging Face class -> a model asset (docs/pretrained.md)
             console.print(f"Hugging Face classes: {escape(', '.join(a.spec['architectures']))}; model: {a.spec['model']}")
@@ -92,3 +103,19 @@ def register(app: typer.Typer) -> None:
             console.print(escape(f"example {a.example.get('config') or {}} on "
                                  + ", ".join(f"{k} {v}" for k, v in low.inputs.items()) + ":"))
             console.print(escape("  " + low.summary().replace("\n", "\n  ")))
+
+
+def _beside(manifest: str | None) -> None:
+    """Put the ``assets/`` folder beside ``manifest`` on the search path of this command."""
+    from pathlib import Path
+
+    from caramba.errors import ConfigError
+    from caramba.manifest.registry import set_manifest_assets
+
+    if manifest is None:
+        return
+    p = Path(manifest)
+    if not p.is_file():
+        raise ConfigError(f"manifest {manifest} does not exist")
+    folder = p.parent / "assets"
+    set_manifest_assets([str(folder)] if folder.is_dir() else [])

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import typer
 
@@ -80,15 +79,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(130) from None
 
 
-def chat_prompt(tok: Any, messages: list[dict[str, str]]) -> str:
-    """The conversation as the model's chat template writes it (tokenizer_config.json or
-    chat_template.jinja), or, for a tokenizer without one, a plain transcript
-    (``role: text`` lines, then ``assistant:``)."""
-    if tok.chat_template:
-        return tok.apply_chat_template(messages, add_generation_prompt=True)
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-
-
 def register_chat(app: typer.Typer) -> None:
     @app.command("chat")
     def chat(
@@ -111,6 +101,7 @@ def register_chat(app: typer.Typer) -> None:
         from caramba.errors import ConfigError
         from caramba.generate import Sampler, is_checkpoint_folder
         from caramba.generate.source import open_model
+        from caramba.text.chat import chat_prompt
 
         if not is_checkpoint_folder(model):
             raise ConfigError(f"{model} is not a Hugging Face folder (config.json + safetensors); chat needs one "

@@ -123,6 +123,12 @@ def register(app: typer.Typer) -> None:
 
         with _notary(config, store) as ask:
             report = ask(AuditOf(entry=entry))
+        if report.validity.verdict == "UNKNOWN" and any(r.seq < 0 for r in report.validity.reasons):
+            from caramba.errors import ConfigError
+
+            raise ConfigError(f"no entry '{entry}' in the ledger",
+                              hint="give an entry hash, a unique prefix of >= 8 hex digits, or #seq "
+                                   "(`caramba notary log` lists them)")
         typer.echo(report.as_text())
         if not report.validity.valid:
             raise typer.Exit(1)

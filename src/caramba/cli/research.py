@@ -57,6 +57,7 @@ class _Bar:
         self.task = None
         self.label = ""
         self.last = 0.0  # refreshed from the training loop at most 5 times a second: no render thread
+        self.compiles = 0  # Numba compilations reported (a first run with an empty cache)
 
     def start(self, plan: Any, run_id: str, total: int) -> None:
         from rich.markup import escape
@@ -76,7 +77,23 @@ class _Bar:
         if self.task is not None and (now - self.last > 0.2 or step == total):
             self.last = now
             self.progress.update(self.task, completed=step, loss=f"{values.get('loss_ema', values['loss']):.4f}",
-                                 sps=f"{sps:,.0f}")
+                                 sps=f"{sps:,.0f}", description=self.label)
+            self.progress.refresh()
+
+    def compiling(self, what: str) -> None:
+        """A cpu kernel is being compiled (first use; cached on disk after): say so on the bar."""
+        from rich.markup import escape
+
+        self.compiles += 1
+        if self.quiet:
+            return
+        if self.compiles == 1:
+            from caramba.backends.cpu.jitcache import numba_cache_dir
+
+            self.progress.console.print(f"  compiling cpu kernels on first use (cached in {escape(str(numba_cache_dir()))})")
+        text = f"{escape(self.label)} [yellow]compiling {escape(what)} (#{self.compiles})[/]"
+        if self.task is not None:
+            self.progress.update(self.task, description=text)
             self.progress.refresh()
 
     def evaluate(self, step: int, split: str, values: Any) -> None:
@@ -109,6 +126,10 @@ class _Bar:
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Run manifest experiments and inspect their runs.", no_args_is_help=True)
     app.add_typer(group, name="research")
+    register_compare(group)
+    from caramba.cli.export import register_research_export  # research export --to mlflow (issue 21)
+
+    register_research_export(group)
 
     @group.command("run")
     def run(
@@ -152,9 +173,13 @@ def register(app: typer.Typer) -> None:
         class CliProgress(Progress):
             start, step, evaluate, end, message = bar.start, bar.step, bar.evaluate, bar.end, bar.message
 
+        from caramba.backends.cpu.jitcache import compiling
+
         try:
-            result = run_experiment(manifest, set_, backend=backend or None, target=target, store=runs,
-                                    progress=CliProgress(), default_backend=settings.backend)
+            with compiling(bar.compiling):
+                result = run_experiment(manifest, set_, backend=backend or None, target=target, store=runs,
+                                        progress=CliProgress(), default_backend=settings.backend,
+                                        on_decision=lambda d: bar.progress.console.print(escape(d.line())))
         finally:
             bar.close()
         metric_cols = [c for c in result.columns() if c == "train.loss" or c.startswith(("val.", "test."))]
@@ -287,6 +312,10 @@ def register(app: typer.Typer) -> None:
             console.print(Syntax(manifest.read_text(), "yaml", theme="ansi_dark", background_color="default"))
         if r.config.get("overrides"):
             console.print("overrides: " + escape(", ".join(r.config["overrides"])))
+        if isinstance(r.config.get("tuner"), dict):  # the tuner decision that chose this run
+            from caramba.run.tuner import decision_text
+
+            console.print(escape(decision_text(r.config["tuner"])))
         console.rule("metrics")
         table = Table()
         table.add_column("metric")
@@ -312,3 +341,123 @@ def register(app: typer.Typer) -> None:
             if png is not None:
                 png.write_bytes(info["plot"].read_bytes())
             console.print(f"loss curve: {escape(str(png or info['plot']))}")
+
+
+def register_compare(group: typer.Typer) -> None:
+    """``caramba research compare|tag|annotate|delete`` (issue 21: the researcher's loop)."""
+
+    @group.command("compare")
+    def compare(
+        runs_: list[str] = typer.Argument(None, metavar="RUN...", help="run IDs (or unique prefixes, or latest)"),
+        experiment: str = typer.Option(None, "--experiment", "-e", help="every run of this experiment"),
+        metric: str = typer.Option(None, "--metric", "-m", help="rank arms by this metric (split.name, e.g. val.loss)"),
+        mode: str = typer.Option(None, "--mode", help="min or max (default: the tuner's, else from the metric's name)"),
+        tag: list[str] = typer.Option([], "--tag", help="only runs with this tag; repeatable"),
+        plot_: Path = typer.Option(None, "--plot", help="also overlay the runs' curves of the metric in this PNG "
+                                   "(needs the plot extra: pip install 'caramba[plot]')"),
+        x: str = typer.Option("step", "--x", help="x axis of --plot: step or seconds (wall time since each run started)"),
+        log: bool = typer.Option(False, "--log", help="log y axis in --plot"),
+        as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Runs side by side: hyperparameters (tuner arm values, --set overrides, seed), final
+        and best metrics, and the tuner arms ranked by the mean of the metric over seeds
+        (mean ± sample std, n)."""
+        import json
+
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        from caramba.run.compare import compare_runs, direction, plot
+
+        if mode is not None and mode not in ("min", "max"):
+            from caramba.errors import ConfigError
+
+            raise ConfigError(f"--mode is min or max, not {mode!r}")
+        runs = _store(config, store)
+        result = compare_runs(runs, runs_ or [], experiment=experiment, metric=metric, mode=mode, tags=tag)  # type: ignore[arg-type]
+        if plot_ is not None:
+            plot(runs, result, plot_, x=x, log=log)
+        if as_json:
+            typer.echo(json.dumps(result.as_dict(), indent=2, default=str))
+            return
+        console = Console(highlight=False)
+        shown = [m for m in result.metrics if m.startswith(("val.", "test.")) or m == "train.loss"] or result.metrics
+        if result.metric and result.metric not in shown:
+            shown.insert(0, result.metric)
+        table = Table(title=f"{len(result.runs)} runs" + (f", ranked by {result.metric} ({result.mode})" if result.metric else ""))
+        for col in ("run", "arm", "seed", "status", "tags", *result.params):
+            table.add_column(escape(col), overflow="fold")
+        for m in shown:  # numbers are never broken over lines; the headers are
+            table.add_column(escape(f"{m} final"), overflow="fold", no_wrap=True, min_width=6, justify="right")
+            if direction(m):
+                table.add_column(escape(f"{m} best"), overflow="fold", no_wrap=True, min_width=6, justify="right")
+        for r in result.ranked_runs():
+            cells = [escape(r.id), escape(r.arm or "-"), str(r.seed), r.status, escape(",".join(r.tags) or "-"),
+                     *(escape(_fmt(r.params.get(p))) for p in result.params)]
+            for m in shown:
+                cells.append(_fmt(r.final.get(m)))
+                if direction(m):
+                    cells.append(_fmt(r.best.get(m)))
+            table.add_row(*cells)
+        console.print(table)
+        if result.ranking and result.metric:
+            ranks = Table(title=f"arms by {result.metric} ({result.mode}): mean ± std over seeds")
+            for col in ("rank", "arm", "mean ± std (n)", "seeds", "not counted"):
+                ranks.add_column(col, overflow="fold")
+            for a in result.ranking:
+                ranks.add_row(str(a.rank), escape(a.arm or "-"), a.spread(), ",".join(map(str, a.seeds)) or "-",
+                              escape(", ".join(a.excluded)) or "-")
+            console.print(ranks)
+        notes = [r for r in result.runs if r.note]
+        for r in notes:
+            console.print(f"  [bold]{escape(r.id)}[/]: {escape(r.note)}")
+        if plot_ is not None:
+            console.print(f"curves: {escape(str(plot_))}")
+
+    @group.command("tag")
+    def tag_(
+        run_id: str = typer.Argument(..., help="a run ID (or prefix, or latest)"),
+        tags: list[str] = typer.Argument(None, metavar="TAG...", help="tags to add"),
+        remove: list[str] = typer.Option([], "--remove", "-r", help="a tag to remove; repeatable"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Add (and with --remove, remove) tags of a run; prints the run's tags. `caramba
+        research compare --tag T` compares the runs that carry T."""
+        rec = _store(config, store).tag(run_id, tags or [], remove)
+        typer.echo(f"{rec.id}: {' '.join(rec.tags) or '(no tags)'}")
+
+    @group.command("annotate")
+    def annotate(
+        run_id: str = typer.Argument(..., help="a run ID (or prefix, or latest)"),
+        text: str = typer.Argument(..., help="the note (replaces the run's note; '' clears it)"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Set a run's note: free text shown by compare, the API and the web UI."""
+        rec = _store(config, store).annotate(run_id, text)
+        typer.echo(f"{rec.id}: {rec.note or '(no note)'}")
+
+    @group.command("delete")
+    def delete(
+        run_id: str = typer.Argument(..., help="a run ID (or unique prefix)"),
+        reason: str = typer.Option("", "--reason", help="why (recorded in the Notary's ledger)"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+        store: str = typer.Option(None, "--store", help=STORE_HELP),
+        config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    ) -> None:
+        """Delete a run: its record, metrics, files and checkpoint blobs. The Notary records the
+        deletion first, so `caramba notary verify` still passes and lists the run as deleted;
+        checkpoints of committed model versions are kept."""
+        from caramba.run.manage import delete_run
+
+        runs = _store(config, store)
+        rec = runs.get(run_id)
+        if run_id == "latest" and not yes:
+            typer.confirm(f"delete the latest run, {rec.id}?", abort=True)
+        elif not yes:
+            typer.confirm(f"delete run {rec.id} ({rec.experiment}, {rec.status})?", abort=True)
+        typer.echo(delete_run(runs, rec.id, reason=reason).as_text())

@@ -16,6 +16,34 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _listen(host: str, port: int):
+    """A listening socket on host:port, or a ConfigError saying why not (a port in use, an
+    address this machine does not have, a privileged port)."""
+    import errno
+    import socket
+
+    from caramba.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = {errno.EADDRINUSE: "the port is in use (another caramba serve?)",
+               errno.EADDRNOTAVAIL: "this machine has no such address",
+               errno.EACCES: "this user may not bind it (ports below 1024 need privileges)"}.get(exc.errno,
+                                                                                               exc.strerror or str(exc))
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}",
+                          hint="pick another --port (0 picks a free one) or --host") from None
+    except OverflowError as exc:  # a port past 65535
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}", hint="check --host and --port") from None
+    return sock
+
+
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
@@ -31,8 +59,6 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("warning", help="uvicorn log level"),
     ) -> None:
         """Serve the HTTP API under /api/v1 and the web UI at /."""
-        import socket
-
         import uvicorn
         from rich.console import Console
 
@@ -53,11 +79,7 @@ def register(app: typer.Typer) -> None:
                 console.print("  requests must name this server in their Host header: only the bound address and "
                               "localhost are answered (421 otherwise); list the names clients use in the "
                               "serve_allowed_hosts setting (CARAMBA_SERVE_ALLOWED_HOSTS=name1,name2)")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)  # connections queue from here on, so the URL printed below works at once
+        sock = _listen(host, port)  # connections queue from here on, so the URL printed below works at once
         port = sock.getsockname()[1]
         app = create_app(settings, token=secret, workers=workers)
         shown = f"[{host}]" if ":" in host else host

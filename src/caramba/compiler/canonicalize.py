@@ -10,15 +10,14 @@
 
 from __future__ import annotations
 
-import numpy as np
+from contextvars import ContextVar
 
-from caramba.compiler.passes import PassContext, PassResult
+from caramba.compiler.passes import Evaluator, PassContext, PassResult
 from caramba.compiler.rewrite import RuleSet, View, apply_rules, fired_lines, rule
 from caramba.ir.attrs import Attrs
-from caramba.ir.dtypes import dtype as as_dtype
 from caramba.ir.graph import Node, Origin
 from caramba.ir.opdef import get_op, having
-from caramba.ir.types import Effect, ValueType
+from caramba.ir.types import Effect
 from caramba.ops._define import norm_axes, norm_axis
 
 FOLD_MAX_OUT = 64  # elements: "tiny" results are folded
@@ -92,6 +91,9 @@ def fold_constants(node: Node, view: View) -> Node | None:
     consts = [view.constant(r) for r in node.inputs]
     if any(c is None or c.size > FOLD_MAX_IN for c in consts):
         return None
+    evaluate = _EVALUATE.get()
+    if evaluate is None:
+        return None
     value = evaluate(node, [view.type(r) for r in node.inputs], consts)
     if value is None:
         return None
@@ -113,26 +115,9 @@ def _origin_fields(o: Origin | None) -> dict:
     return {k: getattr(o, k) for k in Origin.__slots__}
 
 
-def evaluate(node: Node, in_types: list[ValueType], consts: list[np.ndarray]) -> np.ndarray | None:
-    """``node`` applied to constant inputs by the cpu reference kernels, or None if it cannot be
-    (no kernel for the op or dtype, or the kernel raised: then it fails at run time instead)."""
-    from caramba.backends.cpu.kernels import DTYPES, KERNELS
-
-    factory = KERNELS.get(node.op)
-    touched = {t.dtype for t in node.types} | {t.dtype for t in in_types}
-    if factory is None or not touched <= DTYPES[node.op]:
-        return None
-    try:
-        fn = factory(node, tuple(in_types))
-        with np.errstate(all="ignore"):
-            out = np.array(fn(*consts), copy=True)
-    except Exception:  # the kernel reports it properly when the graph runs
-        return None
-    t = node.types[0]
-    if out.shape != t.shape or as_dtype(out.dtype) != t.dtype:
-        return None
-    out.setflags(write=False)
-    return out
+# The host evaluator of this canonicalize run (``PassContext.evaluate``, from the runner):
+# the compiler never imports a backend's kernels itself. None: nothing is folded.
+_EVALUATE: ContextVar[Evaluator | None] = ContextVar("caramba_fold_evaluator", default=None)
 
 
 _REDUCTIONS_WITH_AXES = frozenset(op for op in having("reduction") if "axes" in get_op(op).attr_index)
@@ -154,5 +139,9 @@ RULES = RuleSet([
 
 
 def canonicalize(graph, ctx: PassContext) -> PassResult:
-    new, fired = apply_rules(graph, RULES)
+    token = _EVALUATE.set(ctx.evaluate)
+    try:
+        new, fired = apply_rules(graph, RULES)
+    finally:
+        _EVALUATE.reset(token)
     return PassResult(new, bool(fired), fired_lines(fired))

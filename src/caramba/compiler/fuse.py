@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from caramba.compiler.passes import PassContext, PassResult
-from caramba.compiler.schedule import elementwise_flops
 from caramba.compute.capabilities import Capabilities
 from caramba.errors import VerificationError
 from caramba.ir.dtypes import DType
@@ -36,8 +35,9 @@ from caramba.ir.opdef import get_op
 from caramba.ir.types import Effect, ValueType
 from caramba.ops import fused as F
 from caramba.ops._define import norm_axes
+from caramba.ops.cost import elementwise_flops
 
-# One elementwise op of at least this cost per element (compiler.schedule's weights) is fused
+# One elementwise op of at least this cost per element (ops.cost's weights) is fused
 # alone: a generated kernel for it is vectorized and split over threads where the backend's
 # library kernel is not (cpu exact GELU [256,1024] float64: 5.0 ms with SciPy's erfc, 1.8 ms).
 SOLO_FLOPS = 12

@@ -6,7 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from caramba.ir.graph import Graph
+import numpy as np
+
+from caramba.ir.graph import Graph, Node
+from caramba.ir.types import ValueType
 
 if TYPE_CHECKING:
     from caramba.compute.capabilities import Capabilities
@@ -21,17 +24,21 @@ class PassResult:
 
 @dataclass
 class PassContext:
-    """What passes may know about the target: its capabilities and name, nothing else."""
+    """What passes may know about the target: its capabilities and name, and the runner's host
+    evaluator for constant folding (``evaluate``; None: nothing is folded), nothing else."""
 
     capabilities: "Capabilities"
     backend: str
     targets: tuple[str, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    evaluate: "Evaluator | None" = None
     # Results a pass leaves for later passes and the backend (e.g. the memory plan).
     artifacts: dict[str, Any] = field(default_factory=dict)
 
 
 PassFn = Callable[[Graph, PassContext], PassResult]
+# (node, input types, constant input arrays) -> the node's value, or None when it cannot be computed
+Evaluator = Callable[[Node, list[ValueType], list[np.ndarray]], "np.ndarray | None"]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from caramba.compiler.dce import dce
 from caramba.compiler.fuse import fuse
 from caramba.compiler.lower import lower
 from caramba.compiler.memory import memory
-from caramba.compiler.passes import PassContext, PassResult, Stage
+from caramba.compiler.passes import Evaluator, PassContext, PassResult, Stage
 from caramba.compiler.schedule import schedule
 from caramba.compiler.simplify import simplify
 from caramba.errors import ConfigError, VerificationError
@@ -160,10 +160,12 @@ def compile_for(
     targets: Iterable[str] | None = None,
     disable: Iterable[str] = (),
     check_each: bool = True,
+    evaluate: "Evaluator | None" = None,
 ) -> tuple[Graph, CompileReport]:
-    """Run the pipeline for a capability table (no runner needed: used by ``caramba compile``)."""
+    """Run the pipeline for a capability table (no runner needed); ``evaluate`` is the host
+    evaluator constant folding uses (None: nothing is folded)."""
     graph = select_targets(graph, targets)
-    ctx = PassContext(capabilities, backend, tuple(graph.outputs))
+    ctx = PassContext(capabilities, backend, tuple(graph.outputs), evaluate=evaluate)
     return run_pipeline(graph, ctx, disable, check_each)
 
 
@@ -174,5 +176,7 @@ def compile_graph(
     disable: Iterable[str] = (),
     check_each: bool = True,
 ) -> tuple[Graph, CompileReport]:
-    """Run the pipeline for ``runner``'s capabilities; returns the lowered graph and a report."""
-    return compile_for(graph, runner.capabilities, runner.location, targets, disable, check_each)
+    """Run the pipeline for ``runner``'s capabilities (and its constant evaluator); returns the
+    lowered graph and a report."""
+    return compile_for(graph, runner.capabilities, runner.location, targets, disable, check_each,
+                       evaluate=runner.evaluate_constant)

@@ -104,9 +104,9 @@ def default_spec() -> str:
     return os.environ.get("CARAMBA_BACKEND") or settings().backend
 
 
-def new(spec: str | None = None) -> "Runner":
-    """Create a runner from a config string (default: ``CARAMBA_BACKEND`` or the config)."""
-    spec = spec if spec is not None else default_spec()
+def require(spec: str) -> tuple[str, dict[str, Any]]:
+    """``parse_spec(spec)`` for a backend that can run here, else BackendUnavailable with its
+    build info: what a run checks before anything is recorded or compiled."""
     name, options = parse_spec(spec)
     info = build_info(name)
     if not info.available:
@@ -115,4 +115,10 @@ def new(spec: str | None = None) -> "Runner":
             backend=name,
             hint=info.install_hint,
         )
+    return name, options
+
+
+def new(spec: str | None = None) -> "Runner":
+    """Create a runner from a config string (default: ``CARAMBA_BACKEND`` or the config)."""
+    name, options = require(spec if spec is not None else default_spec())
     return _module(name).create(options)

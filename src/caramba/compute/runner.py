@@ -203,6 +203,15 @@ class Runner(ABC):
         """Keep a donated host array as a tensor without copying it (None: this backend copies)."""
         return None
 
+    def evaluate_constant(self, node: Any, in_types: list[Any], consts: list[np.ndarray]) -> np.ndarray | None:
+        """Constant folding's host evaluator for graphs compiled here: ``node`` applied to
+        constant inputs, or None. Every backend folds with the cpu reference kernels (the
+        float64-accurate NumPy definitions the compliance suite checks all backends against);
+        the compiler gets it from the runner and never imports a backend itself."""
+        from caramba.backends.cpu.fold import evaluate
+
+        return evaluate(node, in_types, consts)
+
     def _lend(self, tensor: Tensor) -> None:  # noqa: B027 - optional hook
         """``tensor`` (resident state) is handed to a caller: a backend that updates state in
         place stops doing so for this buffer (its next update copies first)."""

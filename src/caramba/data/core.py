@@ -16,7 +16,13 @@ SPLITS = ("train", "val", "test")
 
 class DataError(CarambaError):
     """A dataset could not be loaded or does not fit the model (missing file, field or package,
-    wrong shape or dtype). The message names the dataset, the field and what was expected."""
+    wrong shape or dtype). The message names the dataset, the field and what was expected.
+    ``key`` is the path of the dataset's manifest key the error is about (``("tokenizer",
+    "path")``), so a manifest error points at that line; ``()``: the dataset's entry."""
+
+    def __init__(self, message: str, *, key: tuple[str, ...] = (), **kw: Any) -> None:
+        self.key = tuple(key)
+        super().__init__(message, **kw)
 
 
 @dataclass(frozen=True)

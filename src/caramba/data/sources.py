@@ -34,6 +34,8 @@ SKLEARN_SETS = {
 }
 
 
+# A hawkes dataset simulates at most this many events (Ogata thinning on the host, a few seconds).
+MAX_HAWKES_EVENTS = 40_000
 # A generated dataset holds at most this many numbers (512 MiB of float64).
 MAX_GENERATED_VALUES = 1 << 26
 # Never data, whatever the roots say: the kernel's and devices' views of the machine.
@@ -69,12 +71,13 @@ def outside_roots(base: Path | str, path: str) -> bool:
     return any(_under(real, d) for d in SYSTEM_DIRS) or not any(_under(real, r) for r in roots)
 
 
-def _outside(name: str) -> DataError:
+def _outside(name: str, key: tuple[str, ...] = ()) -> DataError:
     # One message for every refused path: it must not tell an existing file from a missing one.
     return DataError(
         f"dataset '{name}': its path is outside the folders this server reads data from",
         hint="use a file next to the manifest (a relative path inside its folder), a generated or "
         "scikit-learn dataset, or a file under one of the server's data roots (setting serve_data_roots)",
+        key=key,
     )
 
 
@@ -85,7 +88,7 @@ def load_dataset(name: str, spec: Any, base_dir: Path | str = ".") -> Dataset:
     """
     s = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec)
     source = s.get("source")
-    loaders = {"sklearn": _sklearn, "generated": _generated, "npz": _npz, "csv": _csv, "text": _text}
+    loaders = {"sklearn": _sklearn, "generated": _generated, "hawkes": _hawkes, "causal_linear": _causal_linear, "npz": _npz, "csv": _csv, "text": _text}
     if source not in loaders:
         raise DataError(f"dataset '{name}': unknown source {source!r}; {did_you_mean(str(source), loaders)}")
     split = s.get("split") or {"train": 0.8, "val": 0.0, "test": 0.2}
@@ -202,10 +205,70 @@ def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Datase
         wave = np.sin(2 * np.pi * freq[:, None] * t[None, :] + phase[:, None])
         wave += noise * rng.normal(size=wave.shape)
         arrays = {"wave": wave[:, None, :], "y": y}
+    elif kind == "factors":  # index tuples for codebook factorization (vsa resonator)
+        arrays = {f"f{i}": rng.integers(0, k, size=n) for i in range(s.get("factors", 3))}
     else:
         raise DataError(f"dataset '{name}': unknown generated kind {kind!r}; "
-                        + did_you_mean(kind, ("blobs", "spirals", "xor", "regression", "tones")))
+                        + did_you_mean(kind, ("blobs", "spirals", "xor", "regression", "tones", "factors")))
     return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+def _hawkes(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    """Sequences of a Hawkes process by caramba's Ogata thinning, sequence i from stream key i."""
+    from caramba.ops.hawkes import simulate_numpy
+
+    try:
+        mu = np.asarray(s["mu"], dtype=np.float64)
+        alpha, beta = np.asarray(s["alpha"], dtype=np.float64), np.asarray(s["beta"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"dataset '{name}': mu [M], alpha and beta [M][M][K] must be numbers ({exc})") from None
+    m = mu.shape[0] if mu.ndim == 1 else 0
+    if m == 0 or alpha.shape != (m, m, alpha.shape[-1]) or beta.shape != alpha.shape:
+        raise DataError(f"dataset '{name}': needs mu [M], alpha and beta [M][M][K]; got {mu.shape}, {alpha.shape}, {beta.shape}")
+    n, events = int(s.get("n", 32)), int(s.get("events", 256))
+    if not 1 <= n * events <= MAX_HAWKES_EVENTS:
+        raise DataError(f"dataset '{name}': {n} x {events} events is outside 1 .. {MAX_HAWKES_EVENTS:,} (simulated on "
+                        "the host, about 25 us per event)")
+    seed = s.get("seed", 0)
+    seqs = [simulate_numpy(mu, alpha, beta, events, seed, key=i) for i in range(n)]
+    times, marks = np.stack([q[0] for q in seqs]), np.stack([q[1] for q in seqs])
+    if not np.all(np.isfinite(times)):
+        raise DataError(f"dataset '{name}': the process died out before {events} events (mu must be > 0)")
+    arrays = {"times": times, "marks": marks, "T": times[:, -1].copy()}
+    info = {"description": f"{n} sequences of {events} events of a {m}-dimensional Hawkes process",
+            "source": "hawkes.simulate (Ogata thinning)"}
+    return ArrayDataset(name, arrays, fractions, seed, info, s.get("limit"))
+
+
+def _causal_linear(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    """Rows of a linear-Gaussian SCM, sampled variable by variable in a topological order."""
+    try:
+        w = np.asarray(s["weights"], dtype=np.float64)
+        noise = np.asarray(s["noise"], dtype=np.float64)
+        b = np.zeros(len(w)) if s.get("intercepts") is None else np.asarray(s["intercepts"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"dataset '{name}': weights [d][d], noise [d] and intercepts [d] must be numbers ({exc})") from None
+    d = w.shape[0] if w.ndim == 2 else 0
+    if d == 0 or w.shape != (d, d) or noise.shape != (d,) or b.shape != (d,):
+        raise DataError(f"dataset '{name}': needs weights [d][d], noise [d], intercepts [d]; got {w.shape}, "
+                        f"{noise.shape}, {b.shape}")
+    order, left = [], set(range(d))
+    while left:
+        roots = sorted(j for j in left if not np.any(w[[i for i in left if i != j], j]) and w[j, j] == 0)
+        if not roots:
+            raise DataError(f"dataset '{name}': weights must be a DAG; variables {sorted(left)} lie on a cycle")
+        order += roots
+        left -= set(roots)
+    n = int(s.get("n", 1000))
+    if not 2 <= n * d <= MAX_GENERATED_VALUES:
+        raise DataError(f"dataset '{name}': {n} rows of {d} variables is outside 2 .. {MAX_GENERATED_VALUES:,} values")
+    rng = np.random.default_rng(s.get("seed", 0))
+    e = rng.normal(size=(n, d)) * noise
+    x = np.zeros((n, d))
+    for j in order:
+        x[:, j] = b[j] + x @ w[:, j] + e[:, j]
+    info = {"description": f"{n} rows of a {d}-variable linear-Gaussian SCM", "source": "causal_linear"}
+    return ArrayDataset(name, {"data": x}, fractions, s.get("seed", 0), info, s.get("limit"))
 
 
 # ---- local files --------------------------------------------------------------------------
@@ -326,35 +389,41 @@ def _text(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
 
 def _tokenized(name: str, s: Mapping[str, Any], text: str, path: Path, fractions, base: Path) -> Dataset:
     # The `tokenizer:` option of a text dataset: a byte-level BPE trained on the text, or a tokenizer.json.
+    # Its errors name their key (`key=`), so a manifest error points at the `tokenizer:` lines.
     from caramba.text.tokenizer import TokenizerError, tokenizer_files, tokenizer_from_files, train_bpe
 
     t = dict(s["tokenizer"])
+    key: tuple[str, ...] = ("tokenizer",)
     try:
         if t.get("path") is not None:
             where = t["path"]
+            key = ("tokenizer", "path")
             if not isinstance(where, str) or outside_roots(base, where):
-                raise _outside(name)
+                raise _outside(name, key)
             p = Path(where) if _ROOTS.get() is not None else Path(where).expanduser()  # roots refuse ~
             files = tokenizer_files(p if p.is_absolute() else base / p)
             if any(outside_roots(base, str(f)) for f in files.values()):  # a folder's file may link out
-                raise _outside(name)
+                raise _outside(name, key)
             tok = tokenizer_from_files(files)
             desc = f"tokens of {path.name} ({Path(where).name} tokenizer)"
         elif t.get("type") == "bpe" and isinstance(t.get("vocab_size"), int):
             lines = text.splitlines(keepends=True)
             chunks = ("".join(lines[i : i + 1000]) for i in range(0, len(lines), 1000))
             min_frequency = t.get("min_frequency")
+            key = ("tokenizer", "vocab_size")  # what train_bpe can refuse
             tok = train_bpe(chunks, t["vocab_size"], 2 if min_frequency is None else min_frequency)
             desc = f"tokens of {path.name} (byte-level BPE trained on it)"
         else:
             raise DataError(f"dataset '{name}': tokenizer must be {{type: bpe, vocab_size: N}} or {{path: FILE}}, "
-                            f"got {sorted(t)}")
+                            f"got {sorted(t)}", key=key)
+        key = ("tokenizer",)
         tokens = np.asarray(tok.encode(text), dtype=np.int64)
     except TokenizerError as exc:
-        raise DataError(f"dataset '{name}': tokenizer: {exc.message}", hint=exc.hint) from None
+        raise DataError(f"dataset '{name}': tokenizer: {exc.message}", hint=exc.hint, key=key) from None
     limit = s.get("vocab_size")
     if limit is not None and tok.vocab_size > limit:
-        raise DataError(f"dataset '{name}': its tokenizer has {tok.vocab_size} tokens, more than vocab_size {limit}")
+        raise DataError(f"dataset '{name}': its tokenizer has {tok.vocab_size} tokens, more than vocab_size {limit}",
+                        key=("tokenizer",))
     vocab = [tok.id_to_token(i) or "" for i in range(tok.vocab_size)]
     info = {"description": desc, "source": str(path), "characters": len(text)}
     return TextDataset(name, tokens, vocab, s.get("context", 64), fractions, info, tokenizer=tok)

@@ -33,6 +33,7 @@ NOISE_OP = "diffusion.noise"
 MAX_IMAGES = 1024  # samples per call (one batch on the runner)
 ROLES = ("x_t", "t_features", "target", "t")  # diffusion.noise outputs, in order
 X_INPUT, K_INPUT = "sample_x", "sample_k"  # the step graph's inputs
+PRED_INPUT = PRED_OUTPUT = "prediction"  # split_graphs: the predict graph's output, the update graph's input
 
 
 @dataclass(frozen=True)
@@ -154,27 +155,27 @@ def _seed(seed: int, what: str) -> int:
     return zlib.crc32(f"sample:{seed}:{what}".encode()) & 0x7FFF_FFFF
 
 
-def sampler_graphs(den: Denoiser, n: int, *, seed: int = 0, steps: int | None = None) -> tuple[Graph, Graph, int]:
-    """(init graph: x_T ~ N(0, I); step graph: (x, k) -> x at the next step; number of steps)."""
-    from caramba.manifest.lower import lower_into
+def _init_graph(den: Denoiser, n: int, seed: int, steps: int | None) -> tuple[Any, Graph]:
+    """(the scheduler's plan, the graph drawing x_T ~ N(0, I)), after checking n and seed."""
+    from caramba.errors import ConfigError
 
     if not 1 <= n <= MAX_IMAGES:
         raise ConfigError(f"n must be in 1..{MAX_IMAGES}, got {n}")
     if seed < 0:
         raise ConfigError(f"seed must be >= 0, got {seed}")
-    sched = den.scheduler
-    plan = sched.plan(steps)
-    dtype = den.x_type.dtype
-    shape = (n, *den.example_shape)
-    name = den.prep.manifest.name
-    init = Graph(f"{name}.sample_init")
-    x_t = GraphEmit(init, "sampler").op("random.normal", (), {"shape": shape, "seed": _seed(seed, "init"), "dtype": dtype},
-                                        name="x_T")
+    plan = den.scheduler.plan(steps)
+    init = Graph(f"{den.prep.manifest.name}.sample_init")
+    x_t = GraphEmit(init, "sampler").op("random.normal", (), {"shape": (n, *den.example_shape), "seed": _seed(seed, "init"),
+                                                                "dtype": den.x_type.dtype}, name="x_T")
     init.output("x", x_t)
+    return plan, init
 
-    g = Graph(f"{name}.sample_step")
-    x = g.input(X_INPUT, shape, dtype)
-    k = g.input(K_INPUT, (), DType.int64)
+
+def _predict(g: Graph, den: Denoiser, plan: Any, x: Any, k: Any) -> Any:
+    """The denoiser's prediction at x and time index k, lowered into ``g``."""
+    from caramba.manifest.lower import lower_into
+
+    n, dtype = x.shape[0], den.x_type.dtype
     e = GraphEmit(g, "sampler")
     width = den.config["t_features"]
     s = take(e, plan.times, k, dtype, "time")
@@ -188,11 +189,41 @@ def sampler_graphs(den: Denoiser, n: int, *, seed: int = 0, steps: int | None = 
     if pred.type != x.type:
         raise ConfigError(f"the prediction '{den.prediction}' is {pred.type}; the denoiser must predict the shape "
                           f"of its input x_t {x.type}")
+    return pred
+
+
+def _update(g: Graph, den: Denoiser, plan: Any, x: Any, pred: Any, k: Any, seed: int) -> Any:
+    """The scheduler's step from x with the prediction (its noise z drawn for DDPM), into ``g``."""
+    e = GraphEmit(g, "sampler")
     z = None
-    if sched.stochastic:
-        z = e.op("random.normal", (k,), {"shape": shape, "seed": _seed(seed, "z"), "dtype": dtype}, name="z")
-    g.output("x", sched.update(e, plan, x, pred, k, z))
+    if den.scheduler.stochastic:
+        z = e.op("random.normal", (k,), {"shape": x.shape, "seed": _seed(seed, "z"), "dtype": x.dtype}, name="z")
+    return den.scheduler.update(e, plan, x, pred, k, z)
+
+
+def sampler_graphs(den: Denoiser, n: int, *, seed: int = 0, steps: int | None = None) -> tuple[Graph, Graph, int]:
+    """(init graph: x_T ~ N(0, I); step graph: (x, k) -> x at the next step; number of steps)."""
+    plan, init = _init_graph(den, n, seed, steps)
+    g = Graph(f"{den.prep.manifest.name}.sample_step")
+    x = g.input(X_INPUT, (n, *den.example_shape), den.x_type.dtype)
+    k = g.input(K_INPUT, (), DType.int64)
+    g.output("x", _update(g, den, plan, x, _predict(g, den, plan, x, k), k, seed))
     return init, g, plan.steps
+
+
+def split_graphs(den: Denoiser, n: int, *, seed: int = 0, steps: int | None = None) -> tuple[Graph, Graph, Graph, int]:
+    """``sampler_graphs`` with the step cut in two, for a program that calls the denoiser and the
+    scheduler as separate steps: (init; predict: (x, k) -> prediction; update: (x, prediction,
+    k) -> x; number of steps). The same seeds: the same samples as ``sample``."""
+    plan, init = _init_graph(den, n, seed, steps)
+    shape, dtype, name = (n, *den.example_shape), den.x_type.dtype, den.prep.manifest.name
+    g = Graph(f"{name}.predict")
+    x, k = g.input(X_INPUT, shape, dtype), g.input(K_INPUT, (), DType.int64)
+    g.output(PRED_OUTPUT, _predict(g, den, plan, x, k))
+    u = Graph(f"{name}.update")
+    ux, up, uk = u.input(X_INPUT, shape, dtype), u.input(PRED_INPUT, shape, dtype), u.input(K_INPUT, (), DType.int64)
+    u.output("x", _update(u, den, plan, ux, up, uk, seed))
+    return init, g, u, plan.steps
 
 
 def sample(den: Denoiser, params: Mapping[str, np.ndarray], *, n: int = 16, seed: int = 0, steps: int | None = None,

@@ -23,6 +23,9 @@ from caramba.ir.dtypes import dtype as as_dtype
 from caramba.ir.opdef import OpDef, get_op
 from caramba.ir.types import Effect, ValueType
 
+# The origin nodes made without one of their own get (``origin_scope``): what a manifest's
+# trainer section emits (schedule, clipping, optimizer update) points at its line.
+_ORIGIN: contextvars.ContextVar["Origin | None"] = contextvars.ContextVar("caramba_default_origin", default=None)
 _CURRENT: contextvars.ContextVar["Graph | None"] = contextvars.ContextVar(
     "caramba_graph", default=None
 )
@@ -206,6 +209,7 @@ class Graph:
         origin: Origin | None = None,
     ) -> Node:
         """Add a node: validates arity and attributes and infers output types now."""
+        origin = origin if origin is not None else _ORIGIN.get()
         opdef = get_op(op)
         node_id = id if id is not None else self.fresh_id(opdef.name)
         refs = tuple(self._as_ref(v, node_id, op) for v in inputs)
@@ -503,3 +507,22 @@ def lift(x: Any, like: Value) -> Value:
     if isinstance(x, (np.ndarray, list, tuple)):
         return like.graph.constant(np.asarray(x), dtype=like.dtype)
     raise GraphError(f"cannot use {type(x).__name__} as a graph value")
+
+
+class origin_scope:
+    """Nodes added inside take ``origin`` unless they name their own (None: no change), so an
+    error about a node the library generated names the manifest line that asked for it."""
+
+    def __init__(self, origin: "Origin | None") -> None:
+        self.origin = origin
+        self._token: contextvars.Token | None = None
+
+    def __enter__(self) -> "origin_scope":
+        if self.origin is not None:
+            self._token = _ORIGIN.set(self.origin)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _ORIGIN.reset(self._token)
+            self._token = None

@@ -179,8 +179,8 @@ def _bind_data(prep: Prepared, work: _Work | None = None) -> None:
         try:
             ds = work.datasets.get(key) if work is not None else None
             prep.datasets[name] = ds if ds is not None else load_dataset(name, spec, base)
-        except DataError as exc:
-            raise doc.error(("datasets", name), exc.message, hint=exc.hint) from None
+        except DataError as exc:  # at the key it names (a text dataset's `tokenizer:`), else the entry
+            raise doc.error(("datasets", name, *exc.key), exc.message, hint=exc.hint, key=bool(exc.key)) from None
         except (OSError, ValueError, MemoryError) as exc:  # a file that is not what its source says
             raise doc.error(("datasets", name), f"dataset '{name}' cannot be loaded: {type(exc).__name__}: "
                             f"{str(exc)[:300]}") from None
@@ -266,6 +266,10 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
     _check_outputs(prep, low)
     _check_index_ranges(prep, low)
     m = prep.manifest
+    if m.is_experiment and prep.dataset is None and not m.datasets:  # every run, train or eval, reads one
+        raise prep.doc.error(("datasets",) if "datasets" in prep.doc.data else (),
+                             "this manifest has runs but no dataset for them to read",
+                             hint="add a datasets: section (docs/manifest.md, Datasets)")
     for i, arm in enumerate(m.tuner.arms if m.tuner and arms else ()):
         more = [f"{k}={_flow(v)}" for k, v in arm.set.items()]
         where = prep.doc.loc(("tuner", "arms", i))
@@ -349,6 +353,25 @@ def _check_outputs(prep: Prepared, low: Lowered) -> None:
             raise doc.error(path, f"{what}; '{name}' is {t}", hint="reduce it (e.g. reduce.mean) or name a loss/metric node")
         if path[0] == "metrics" and name in reserved and name != m.trainer.loss:
             raise doc.error(path, f"metric '{name}' has the name of a train step output ({', '.join(sorted(reserved))})")
+    _check_differentiable(prep, low)
+
+
+def _check_differentiable(prep: Prepared, low: Lowered) -> None:
+    """The loss has a gradient with respect to the trained parameters: no non-differentiable
+    op (argmax, a metric, a comparison) between them, refused here at its line, not when the
+    first run builds its train step."""
+    from caramba.autodiff.core import blocking_node
+
+    m, g = prep.manifest, low.graph
+    trained = set(low.params) - set(low.frozen)
+    wrt = [n.outputs[0] for n in g.nodes if n.op == "state.read" and n.attrs["name"] in trained]
+    node = blocking_node(g, [low.published[m.trainer.loss]], wrt)
+    if node is not None:
+        msg = (f"the loss '{m.trainer.loss}' has no gradient with respect to the parameters: it flows through node "
+               f"'{node.id}' ({node.op}), which is not differentiable")
+        if node.origin is None or node.origin.line is None:
+            raise prep.doc.error(("trainer", "loss"), msg)
+        raise origin_error(prep.doc, node.origin, msg)
 
 
 __all__ = ["Prepared", "check", "load_document", "prepare", "resolve_optimizer"]

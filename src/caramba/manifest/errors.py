@@ -65,7 +65,9 @@ class ManifestError(CarambaError):
 
     The message starts with ``file:line:col`` and the dotted path of the offending value, and
     lists the include chain or repeat iteration that produced it. Fix the manifest at that
-    place; unknown names come with the valid ones (``did you mean``).
+    place; unknown names come with the valid ones (``did you mean``). An error about several
+    independent problems (``ManifestError.combine``) lists them in ``errors`` and in its text,
+    one per line; its own fields (``line``, ``path``, ``message``) are the first one's.
     """
 
     def __init__(
@@ -80,7 +82,31 @@ class ManifestError(CarambaError):
     ) -> None:
         self.loc = loc
         self.path = path if isinstance(path, str) or path is None else format_path(path)
+        self.errors: list[ManifestError] = []  # every problem, when this error reports several
         super().__init__(message, node=node, op=op, hint=hint, origin=loc)
+
+    @classmethod
+    def combine(cls, errors: "Sequence[ManifestError]") -> "ManifestError":
+        """One error for several independent problems: it reads (type, message, ``loc``,
+        ``line``, ``path``) as the first and lists all of them in ``errors`` and in its text,
+        each at its own line. A single problem is returned as it is."""
+        flat: list[ManifestError] = []
+        seen: set[str] = set()
+        for e in errors:
+            for sub in e.errors or [e]:
+                text = sub._render_one()
+                if text not in seen:  # the same problem found twice is reported once
+                    seen.add(text)
+                    flat.append(sub)
+        if not flat:
+            raise ValueError("combine() needs at least one error")
+        if len(flat) == 1:
+            return flat[0]
+        first = flat[0]
+        out = cls(first.message, loc=first.loc, path=first.path, hint=first.hint, node=first.node, op=first.op)
+        out.errors = flat
+        out.args = (out._render(),)
+        return out
 
     @property
     def file(self) -> str | None:
@@ -95,6 +121,11 @@ class ManifestError(CarambaError):
         return self.loc.col if self.loc else None
 
     def _render(self) -> str:
+        if len(getattr(self, "errors", ())) > 1:  # each problem in full, the first first
+            return "\n".join(e._render_one() for e in self.errors)
+        return self._render_one()
+
+    def _render_one(self) -> str:
         text = ""
         if self.loc is not None:
             text += f"{self.loc}: "

@@ -13,7 +13,9 @@ Expansion rules:
   ``${a * 4}`` and friends allow ``+ - * / // %`` on numbers. ``$${`` writes a literal ``${``.
 - ``!include dot.path`` is replaced by the expanded file ``<root>/dot/path.yml``;
   ``{include: dot.path, variables: {...}}`` also binds ``${include.<name>}`` in that file.
-  Includes never leave the manifest root and may not form a cycle.
+  Includes never leave the manifest root and may not form a cycle. An include of a list that
+  is an item of a list is spliced into it (``nodes: [a, !include more_nodes, b]`` is one flat
+  list); values from an included file keep that file's lines.
 - A mapping with ``repeat: N`` and ``template:`` (optional ``index:`` name, default ``i``, and
   ``offset:``) unrolls into N copies of the template spliced into the enclosing list, with
   ``i``, ``next_i`` (i + 1), ``offset_i`` (offset + i) and ``next_offset_i`` bound.
@@ -247,6 +249,7 @@ class Document:
     variables: dict[str, Any] = field(default_factory=dict, repr=False)
     overrides: tuple[str, ...] = ()
     text: str = field(default="", repr=False)  # the source text (to load again with more overrides)
+    assets: str | None = None  # the assets/ folder beside the manifest ("" none; None: not loaded from text)
 
     @property
     def base_dir(self) -> Path:
@@ -639,7 +642,7 @@ class _Expander:
         return r.value
 
     # -- include -----------------------------------------------------------------------------
-    def include_mapping(self, y: Y, loc: Loc, scope: _Scope, notes: tuple[str, ...]) -> Y:
+    def include_mapping(self, y: Y, loc: Loc, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
         for k, _ in y.value:
             if k.value not in _INCLUDE_KEYS:
                 raise ManifestError(
@@ -654,7 +657,7 @@ class _Expander:
                 raise ManifestError("include variables must be a mapping", loc=y.get("variables").loc.noted(notes))  # type: ignore[union-attr]
         return self.include(target, params, loc, scope, notes)
 
-    def include(self, target: Any, params: Y | None, loc: Loc, scope: _Scope, notes: tuple[str, ...]) -> Y:
+    def include(self, target: Any, params: Y | None, loc: Loc, scope: _Scope, notes: tuple[str, ...]) -> "Y | _Splice":
         if not isinstance(target, str) or not _DOTPATH.match(target):
             raise ManifestError(
                 f"include takes a dot path like `blocks.mlp` (file blocks/mlp.yml under the manifest root), got {target!r}",
@@ -669,7 +672,13 @@ class _Expander:
             raise ManifestError(f"more than {MAX_INCLUDES} includes (limit)", loc=loc)
         tree = self.ctx.cache.get(path)
         if tree is None:
-            tree = parse_yaml(_read(path, loc), self.ctx.display(path))
+            try:
+                tree = parse_yaml(_read(path, loc), self.ctx.display(path))
+            except ManifestError as exc:  # a syntax error in the included file: say where it was included
+                if exc.loc is not None:
+                    exc.loc = exc.origin = exc.loc.noted((f"included from {_bare(loc)}", *notes))
+                    exc.args = (exc._render(),)
+                raise
             self.ctx.cache[path] = tree
         inner = _Scope(scope)
         if params is not None:
@@ -683,7 +692,9 @@ class _Expander:
             r = self.expand(tree, inner, (f"included from {_bare(loc)}", *notes))
         finally:
             self.ctx.stack = saved
-        return Y("seq", list(r), loc) if isinstance(r, _Splice) else r
+        if isinstance(r, _Splice):
+            return r
+        return _Splice(r.value) if r.kind == "seq" else r  # a list: spliced into an enclosing list
 
     def find_include(self, target: str, loc: Loc) -> Path:
         *dirs, last = target.split(".")
@@ -866,6 +877,22 @@ def _set_path(root: Y, parts: list[str], value: Any, loc: Loc, label: str) -> No
             raise ManifestError(f"--set {label}: {where} is not a mapping with '{part}'", loc=loc)
 
 
+def _check_variable_override(tree: Y, key: str, value: Any) -> None:
+    """``--set variables.<name>=...`` must name a variable the manifest defines: a typo would
+    otherwise add a variable nothing reads, and the run would silently use the old value."""
+    parts = key.split(".")
+    if len(parts) < 2:
+        return
+    var_node = tree.get("variables")
+    names = var_node.keys() if var_node is not None and var_node.kind == "map" else []
+    if parts[1] not in names:
+        raise ManifestError(
+            f"--set {key}: the manifest has no variable '{parts[1]}'; "
+            + (did_you_mean(parts[1], names) if names else "it defines no variables"),
+            loc=_override_loc(key, value), hint="--set variables.<name> changes a variable defined under the "
+            "top-level `variables:`")
+
+
 def _override_loc(key: str, value: Any) -> Loc:
     return Loc("--set", 1, 1, (f"from --set {key}={_format_scalar(value)}",))
 
@@ -913,6 +940,7 @@ def load_string(
     late = [(k, v) for k, v in items if (k, v) not in early]
     tree = _copy(tree) if early else tree
     for key, value in early:  # variables change before expansion, so every use sees them
+        _check_variable_override(tree, key, value)
         _set_path(tree, key.split("."), value, _override_loc(key, value), key)
     ctx = _Ctx(root_path)
     scope = _Scope()
@@ -933,8 +961,12 @@ def load_string(
     if var_node is not None:
         for k, _ in var_node.value:
             resolved_vars[k.value] = _plain(expander.resolve(k.value, scope.vars[k.value], k.loc), (), {}, {})
+    # the assets/ folder beside the manifest (for text: under the root it was given, not the working folder)
+    beside = Path(source).parent if source not in ("<string>", "") else Path(root) if root is not None else None
+    assets = beside / "assets" if beside is not None else None
     return Document(data, source, root_path, locs, key_locs, resolved_vars,
-                    tuple(f"{k}={_flow(v)}" for k, v in items), text)
+                    tuple(f"{k}={_flow(v)}" for k, v in items), text,
+                    str(assets) if assets is not None and assets.is_dir() else "")
 
 
 def _flow(value: Any) -> str:

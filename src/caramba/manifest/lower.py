@@ -531,7 +531,8 @@ def expand_block(asset: Asset, cfg: Mapping[str, Any], reg: Registry | None = No
     from caramba.manifest.errors import Loc
     from caramba.manifest.registry import asset_display, asset_root
 
-    root = (reg.root if reg is not None and reg.root is not None else asset_root())
+    # includes resolve in the asset's own folder (a user's search-path folder), else the registry's
+    root = asset.root or (reg.root if reg is not None and reg.root is not None else asset_root())
     ctx = _Ctx(root, display=lambda p: asset_display(p, root))
     scope = _Scope()
     scope.bind_value("config", dict(cfg), Loc(asset.file, 1, 1))

@@ -7,6 +7,14 @@ layer in ``caramba.manifest.layers``); blocks and models carry a ``topology`` th
 with ``${config.<field>}`` bound to the node's resolved config; manifest templates carry a
 whole manifest. Files under ``assets/fragment/`` are include targets, not assets.
 
+The asset search path adds a user's own assets (of every kind) to the packaged ones: the folders
+of the ``assets:`` setting (caramba.yml), of ``CARAMBA_ASSET_PATH`` (os.pathsep-separated) and the
+``assets/`` folder beside the manifest being compiled. A user folder has the packaged layout
+(``<kind>/<name>.yml``; include targets under ``fragment/``). IDs are unique across the whole
+path: a user asset with the ID of a packaged one, or of one in another folder, is an error that
+names both files. Asset files are untrusted: one is read only if its real path lies inside its
+folder and it is at most MAX_ASSET_BYTES of UTF-8 YAML, of a known kind, in the matching folder.
+
 Config values are checked strictly: ``true`` is not a number, floats are finite, ints lie within
 +-MAX_CONFIG_INT, and a field may declare the interval it accepts (``range: "[0, 1)"``).
 """
@@ -14,9 +22,12 @@ Config values are checked strictly: ``true`` is not a number, floats are finite,
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -25,12 +36,17 @@ from typing import Any
 from caramba.errors import did_you_mean
 from caramba.ir.attrs import REQUIRED
 from caramba.manifest.errors import Loc, ManifestError, format_path, short
-from caramba.manifest.loader import Y, _plain, parse_yaml
+from caramba.manifest.loader import MAX_EXPANSIONS, Y, _plain, parse_yaml
 
-KINDS = ("operation", "optimizer", "block", "model", "manifest", "architecture")
+KINDS = ("operation", "optimizer", "block", "model", "manifest", "architecture", "runtime")
 CONFIG_TYPES = ("int", "float", "bool", "str", "ints", "floats", "dtype", "any", "mapping", "int?", "float?", "str?", "ints?")
 MAX_CONFIG_INT = 2**31 - 1  # sizes, axes and counts in op configs
 MAX_CONFIG_LIST = 64  # items of an ints/floats config value
+MAX_ASSET_BYTES = 1 << 20  # one user asset file
+MAX_ASSET_FILES = 2000  # files and folders in one folder of the search path
+MAX_ASSET_DEPTH = 16  # nested folders in one folder of the search path
+ASSET_PATH_ENV = "CARAMBA_ASSET_PATH"
+BUILTIN = "builtin"
 _RANGE = re.compile(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*\Z")
 _META_KEYS = {
     "kind", "op", "label", "category", "description", "inputs", "outputs", "config", "ir", "lowering",
@@ -110,6 +126,8 @@ class Asset:
     example: Any = field(default=None, repr=False, compare=False)
     text: str = field(default="", repr=False, compare=False)
     spec: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # an architecture's mapping
+    source: str = BUILTIN  # where it comes from: builtin, or the search-path folder that holds it
+    root: Path | None = field(default=None, repr=False, compare=False)  # that folder (for its includes)
 
     @property
     def config_index(self) -> dict[str, ConfigField]:
@@ -153,6 +171,7 @@ class Asset:
                 for c in self.config
             ],
             "file": self.file,
+            "location": self.source,  # builtin, or the folder of the asset search path
         }
 
 
@@ -276,9 +295,210 @@ def asset_root() -> Path:
 
 
 @cache
-def registry() -> Registry:
-    """The packaged registry (loaded once per process)."""
+def builtin_registry() -> Registry:
+    """The packaged assets only (loaded once per process)."""
     return load_registry(asset_root())
+
+
+# the assets/ folder of the manifest being compiled (schema.validate sets it for each manifest)
+_MANIFEST_ASSETS: ContextVar[tuple[str, ...]] = ContextVar("caramba_manifest_assets", default=())
+_USER_CACHE: dict[tuple, dict[str, Asset]] = {}  # a search-path folder's assets, by its fingerprint
+_COMBINED: dict[tuple, Registry] = {}
+_CACHE_SIZE = 64
+
+
+def registry() -> Registry:
+    """The registry in force: the packaged assets plus those on the search path (the ``assets``
+    setting, ``CARAMBA_ASSET_PATH`` and the current manifest's ``assets/`` folder)."""
+    dirs = search_path()
+    return registry_for(dirs) if dirs else builtin_registry()
+
+
+def set_manifest_assets(folders: "tuple[str, ...] | list[str]") -> None:
+    """Make ``folders`` (a manifest's ``assets/``) the manifest part of the search path in this
+    context (until the next manifest is validated)."""
+    _MANIFEST_ASSETS.set(tuple(str(f) for f in folders))
+
+
+@contextmanager
+def manifest_assets(folders: "tuple[str, ...] | list[str]") -> Iterator[None]:
+    """Within the block, ``folders`` are the manifest part of the search path."""
+    token = _MANIFEST_ASSETS.set(tuple(str(f) for f in folders))
+    try:
+        yield
+    finally:
+        _MANIFEST_ASSETS.reset(token)
+
+
+def search_path() -> list[tuple[Path, str]]:
+    """The user asset folders in force, each with where it was named: the ``assets`` setting
+    (caramba.yml), ``CARAMBA_ASSET_PATH``, then the current manifest's ``assets/`` folder."""
+    from caramba.config import settings
+
+    out: list[tuple[Path, str]] = []
+    s = settings()
+    for d in split_path(s.assets):
+        out.append((Path(d).expanduser(), f"the assets setting ({s.sources.get('assets', 'config')})"))
+    for d in split_path(os.environ.get(ASSET_PATH_ENV, "")):
+        out.append((Path(d).expanduser(), ASSET_PATH_ENV))
+    for d in _MANIFEST_ASSETS.get():
+        out.append((Path(d), "the manifest's assets/ folder"))
+    seen: set[str] = set()
+    unique = []
+    for d, why in out:
+        key = os.path.realpath(d)
+        if key not in seen:
+            seen.add(key)
+            unique.append((d, why))
+    return unique
+
+
+def split_path(value: str) -> list[str]:
+    """``a:b`` (os.pathsep-separated) as a list of folders."""
+    return [p.strip() for p in (value or "").split(os.pathsep) if p.strip()]
+
+
+def registry_for(dirs: "list[tuple[Path, str]] | list[Path]") -> Registry:
+    """The packaged assets plus those in ``dirs`` (paths, or (path, where it was named) pairs),
+    checked for clashes; cached per folder contents, so an edited asset is read again."""
+    base = builtin_registry()
+    loaded: list[tuple[tuple, dict[str, Asset]]] = []
+    for d in dirs:
+        folder, why = (Path(d[0]), d[1]) if isinstance(d, tuple) else (Path(d), "the asset path")
+        if not folder.is_dir():
+            raise ManifestError(f"asset folder {folder} (from {why}) does not exist or is not a folder",
+                                hint=f"create it, or remove it from {why}")
+        files = _scan(folder)
+        key = (os.path.realpath(folder), str(folder), tuple(files))
+        assets = _USER_CACHE.get(key)
+        if assets is None:
+            assets = _load_user_folder(folder, [f for f, _, _ in files])
+            if len(_USER_CACHE) >= _CACHE_SIZE:
+                _USER_CACHE.clear()
+            _USER_CACHE[key] = assets
+        loaded.append((key, assets))
+    ckey = tuple(k for k, _ in loaded)
+    reg = _COMBINED.get(ckey)
+    if reg is not None:
+        return reg
+    combined = dict(base.assets)
+    for _, assets in loaded:
+        for op, a in assets.items():
+            other = combined.get(op)
+            if other is not None:
+                what = "the builtin asset" if other.source == BUILTIN else "the asset"
+                raise ManifestError(
+                    f"asset '{op}' in {a.file} has the same ID as {what} in {other.file}", loc=_line_of(a, "op:"),
+                    hint="asset IDs are unique across the search path: rename one of them (e.g. my.<name>); a "
+                    "user asset cannot replace a builtin one")
+            combined[op] = a
+    reg = Registry(combined, base.root)
+    if len(_COMBINED) >= _CACHE_SIZE:
+        _COMBINED.clear()
+    _COMBINED[ckey] = reg
+    return reg
+
+
+def _line_of(a: Asset, prefix: str) -> Loc:
+    """Where an asset file writes a top-level key (the line an error about it points at)."""
+    for i, line in enumerate(a.text.splitlines(), 1):
+        if line.startswith(prefix):
+            return Loc(a.file, i, 1)
+    return Loc(a.file, 1, 1)
+
+
+def _scan(folder: Path) -> list[tuple[str, int, int]]:
+    """The YAML files of a search-path folder as (path, mtime, size). Every entry's real path
+    must lie inside the folder (a symlink may not lead out, or back up into a loop); bounded
+    in count and depth."""
+    root = os.path.realpath(folder)
+    out: list[tuple[str, int, int]] = []
+    seen_dirs = {root}
+    stack: list[tuple[str, int]] = [(str(folder), 0)]
+    count = 0
+    while stack:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise ManifestError(f"cannot read asset folder {here}: {exc.strerror or exc}") from None
+        for e in entries:
+            count += 1
+            if count > MAX_ASSET_FILES:
+                raise ManifestError(f"asset folder {folder} holds more than {MAX_ASSET_FILES} files and folders "
+                                    "(limit)", hint="point the asset path at a folder of assets only")
+            if e.name.startswith("."):
+                continue
+            full = os.path.join(here, e.name)
+            try:
+                real = os.path.realpath(full, strict=True)
+            except (OSError, RuntimeError):
+                raise ManifestError(f"asset path {full} is a broken symlink or a symlink loop",
+                                    loc=Loc(full, 1, 1)) from None
+            if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+                raise ManifestError(f"asset path {full} leads outside its asset folder {folder}",
+                                    loc=Loc(full, 1, 1), hint="copy the file into the folder instead of linking it")
+            if os.path.isdir(real):
+                if real in seen_dirs:
+                    raise ManifestError(f"asset folder {full} is a symlink loop (it leads back into the folder)",
+                                        loc=Loc(full, 1, 1))
+                if depth + 1 > MAX_ASSET_DEPTH:
+                    raise ManifestError(f"asset folder {folder} nests more than {MAX_ASSET_DEPTH} folders deep",
+                                        loc=Loc(full, 1, 1))
+                seen_dirs.add(real)
+                stack.append((full, depth + 1))
+            elif e.name.endswith((".yml", ".yaml")):
+                if not os.path.isfile(real):  # a FIFO or device would block or never end
+                    raise ManifestError(f"asset path {full} is not a regular file", loc=Loc(full, 1, 1))
+                st = os.stat(real)
+                out.append((full, st.st_mtime_ns, st.st_size))
+    return sorted(out)
+
+
+def _load_user_folder(folder: Path, files: list[str]) -> dict[str, Asset]:
+    assets: dict[str, Asset] = {}
+    for f in files:
+        path = Path(f)
+        rel = path.relative_to(folder)
+        display = _user_display(path)
+        if rel.parts[0] == "fragment":
+            continue  # include targets of this folder's assets
+        if len(rel.parts) < 2 or rel.parts[0] not in KINDS:
+            where = f"{rel.parts[0]}/" if len(rel.parts) > 1 else "the top of its asset folder"
+            raise ManifestError(
+                f"asset file {display} is in {where}; an asset folder holds <kind>/<name>.yml, with kind one of "
+                f"{', '.join(KINDS)}" + (f" ({did_you_mean(rel.parts[0], KINDS)})" if len(rel.parts) > 1 else ""),
+                loc=Loc(display, 1, 1))
+        size = path.stat().st_size
+        if size > MAX_ASSET_BYTES:
+            raise ManifestError(f"asset file {display} is {size:,} bytes; the limit is {MAX_ASSET_BYTES:,}",
+                                loc=Loc(display, 1, 1))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"asset file {display} is not UTF-8 text (byte {exc.start})",
+                                loc=Loc(display, 1, 1)) from None
+        except OSError as exc:
+            raise ManifestError(f"cannot read asset file {display}: {exc.strerror or exc}",
+                                loc=Loc(display, 1, 1)) from None
+        a = replace(load_asset(path, display, text=text), source=str(folder), root=folder)
+        if a.kind != rel.parts[0]:
+            raise ManifestError(f"asset '{a.op}' of kind {a.kind} lives under {rel.parts[0]}/; move it to "
+                                f"{a.kind}/ (or fix its kind)", loc=_line_of(a, "kind:"))
+        if a.op in assets:
+            raise ManifestError(f"asset '{a.op}' in {a.file} has the same ID as the asset in {assets[a.op].file}",
+                                loc=_line_of(a, "op:"), hint="asset IDs are unique across the search path: rename "
+                                "one of them")
+        assets[a.op] = a
+    return assets
+
+
+def _user_display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def load_registry(root: Path, extra: Mapping[str, Asset] | None = None) -> Registry:
@@ -305,9 +525,10 @@ def asset_display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def load_asset(path: Path, display: str) -> Asset:
-    text = path.read_text(encoding="utf-8")
+def load_asset(path: Path, display: str, *, text: str | None = None) -> Asset:
+    text = path.read_text(encoding="utf-8") if text is None else text
     tree = parse_yaml(text, display)
+    _check_size(tree)
     if tree.kind != "map":
         raise ManifestError("an asset file is a mapping", loc=tree.loc)
     meta: dict[str, Any] = {}
@@ -315,6 +536,8 @@ def load_asset(path: Path, display: str) -> Asset:
     kind_node = tree.get("kind")
     if kind_node is not None and kind_node.value == "architecture":
         return _load_architecture(tree, display, text)
+    if kind_node is not None and kind_node.value == "runtime":
+        return _load_runtime(tree, display, text)
     for k, v in tree.value:
         if k.value not in _META_KEYS:
             raise ManifestError(f"unknown asset key '{k.value}'; {did_you_mean(k.value, _META_KEYS)}", loc=k.loc)
@@ -377,6 +600,35 @@ def load_asset(path: Path, display: str) -> Asset:
     )
 
 
+def _load_runtime(tree: Y, display: str, text: str) -> Asset:
+    """A runtime program (caramba.programs): its ID and description here; the whole file is a
+    program document, validated by ``caramba.programs`` when it is loaded to run."""
+    op, desc = tree.get("op"), tree.get("description")
+    if op is None or not isinstance(op.value, str) or not op.value.startswith("runtime."):
+        raise ManifestError(f"a runtime program's op is runtime.<name>, got {op.value if op else None!r}",
+                            loc=op.loc if op else tree.loc)
+    if desc is None or not isinstance(desc.value, str) or not desc.value.strip():
+        raise ManifestError(f"asset {op.value} needs a description", loc=tree.loc)
+    return Asset(kind="runtime", op=op.value, description=desc.value.strip(), file=display, category="runtime",
+                 outputs=(), text=text)
+
+
+def _check_size(tree: Y) -> None:
+    """An asset file, with its YAML aliases written out, has at most MAX_EXPANSIONS nodes (an
+    alias bomb of a few lines would otherwise take for ever to read); counted without recursion."""
+    stack, count = [tree], 0
+    while stack:
+        y = stack.pop()
+        count += 1
+        if count > MAX_EXPANSIONS:
+            raise ManifestError(f"the asset file expands to more than {MAX_EXPANSIONS} values (YAML aliases "
+                                "repeating values); write it out plainly", loc=y.loc)
+        if y.kind == "seq":
+            stack.extend(y.value)
+        elif y.kind == "map":
+            stack.extend(v for _, v in y.value)
+
+
 def _load_architecture(tree: Y, display: str, text: str) -> Asset:
     """An architecture entry: checked for shape here, for meaning when a checkpoint uses it."""
     locs: dict[tuple, Loc] = {}
@@ -414,4 +666,5 @@ def _load_architecture(tree: Y, display: str, text: str) -> Asset:
                  text=text, spec=spec)
 
 
-__all__ = ["KINDS", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "load_registry", "registry"]
+__all__ = ["ASSET_PATH_ENV", "BUILTIN", "KINDS", "MAX_ASSET_BYTES", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "builtin_registry", "load_registry", "manifest_assets", "registry", "registry_for", "search_path",
+           "set_manifest_assets"]

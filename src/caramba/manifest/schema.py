@@ -198,12 +198,13 @@ class GeneratedData(_Dataset):
     """Synthetic data from a seeded generator."""
 
     source: Literal["generated"]
-    kind: Literal["blobs", "spirals", "xor", "regression", "tones"] = "blobs"
+    kind: Literal["blobs", "spirals", "xor", "regression", "tones", "factors"] = "blobs"
     n: int = Field(1000, ge=2, le=MAX_EXAMPLES)
     features: int = Field(2, ge=1, le=MAX_DATA_VALUES)
     classes: int = Field(2, ge=2, le=MAX_CLASSES)
     noise: float = Field(0.1, ge=0, le=1e6)
     length: int = Field(256, ge=1, le=MAX_DATA_VALUES, description="samples per waveform (tones)")
+    factors: int = Field(3, ge=1, le=64, description="index fields f0, f1, ... per example, each in [0, classes) (factors)")
 
     @model_validator(mode="after")
     def _size(self) -> "GeneratedData":
@@ -213,6 +214,92 @@ class GeneratedData(_Dataset):
             if values > MAX_DATA_VALUES:
                 raise ValueError(f"a generated dataset of {what} = {values:,} values is over the limit of "
                                  f"{MAX_DATA_VALUES:,}; use fewer examples or a local npz file")
+        return self
+
+
+MAX_HAWKES_EVENTS = 40_000  # events a hawkes dataset simulates (n * events)
+
+
+class HawkesData(_Dataset):
+    """Event sequences simulated from a multivariate Hawkes process (``hawkes.simulate``'s Ogata
+    thinning): fields ``times`` [events], ``marks`` int64 [events] and ``T`` (the last event's
+    time) per sequence. ``alpha`` and ``beta`` are [M][M][K] nested lists (j excites i)."""
+
+    source: Literal["hawkes"]
+    n: int = Field(32, ge=1, le=MAX_HAWKES_EVENTS, description="sequences")
+    events: int = Field(256, ge=2, le=MAX_HAWKES_EVENTS, description="events per sequence")
+    mu: list[float] = Field(min_length=1, max_length=16, description="baseline rates [M], each > 0")
+    alpha: list[list[list[float]]] = Field(description="branching ratios [M][M][K], each >= 0")
+    beta: list[list[list[float]]] = Field(description="decay rates [M][M][K], each > 0")
+
+    @model_validator(mode="after")
+    def _process(self) -> "HawkesData":
+        import math
+
+        m = len(self.mu)
+        shape = (m, m, len(self.alpha[0][0]) if self.alpha and self.alpha[0] else 0)
+        for name, p in (("alpha", self.alpha), ("beta", self.beta)):
+            if len(p) != m or any(len(r) != m for r in p) or any(len(c) != shape[2] or not c for r in p for c in r):
+                raise ValueError(f"{name} must be [M][M][K] = [{m}][{m}][K] nested lists (K >= 1, the same for alpha and beta)")
+        values = [*self.mu, *(v for r in self.alpha for c in r for v in c), *(v for r in self.beta for c in r for v in c)]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("mu, alpha and beta must be finite numbers")
+        if min(self.mu) <= 0 or min(v for r in self.beta for c in r for v in c) <= 0:
+            raise ValueError("mu and beta must be > 0")
+        if min(v for r in self.alpha for c in r for v in c) < 0:
+            raise ValueError("alpha must be >= 0 (Ogata thinning needs an intensity that decays between events)")
+        if self.n * self.events > MAX_HAWKES_EVENTS:
+            raise ValueError(f"n * events = {self.n * self.events:,} events is over the limit of {MAX_HAWKES_EVENTS:,} "
+                             "(simulated on the host, about 25 us per event); bigger data belongs in a file")
+        import numpy as np
+
+        branching = np.array([[sum(c) for c in r] for r in self.alpha])
+        if not np.all(np.isfinite(branching)):
+            raise ValueError("the sums over k of alpha must be finite")
+        radius = max(abs(np.linalg.eigvals(branching)))
+        if radius >= 1:
+            raise ValueError(f"the process is explosive: the spectral radius of sum_k alpha is {radius:.3g}, needs < 1")
+        return self
+
+
+MAX_CAUSAL_VARIABLES = 64  # variables of a causal_linear SCM
+
+
+class CausalLinearData(_Dataset):
+    """Rows sampled from a linear-Gaussian SCM ``x_j = b_j + sum_i weights[i][j] x_i + e_j``,
+    ``e_j ~ N(0, noise_j^2)`` (caramba.ops.causal's convention): field ``data`` [d] per row.
+    ``weights`` [d][d] must be a DAG; ``noise`` are standard deviations."""
+
+    source: Literal["causal_linear"]
+    n: int = Field(1000, ge=2, le=MAX_EXAMPLES, description="rows")
+    weights: list[list[float]] = Field(min_length=1, max_length=MAX_CAUSAL_VARIABLES,
+                                       description="W [d][d]: W[i][j] the direct effect of x_i on x_j")
+    noise: list[float] = Field(description="noise standard deviations [d], each >= 0")
+    intercepts: list[float] | None = Field(default=None, description="b [d] (default 0)")
+
+    @model_validator(mode="after")
+    def _scm(self) -> "CausalLinearData":
+        import math
+
+        d = len(self.weights)
+        if any(len(r) != d for r in self.weights):
+            raise ValueError(f"weights must be a square [d][d] = [{d}][{d}] nested list")
+        for name, vec in (("noise", self.noise), ("intercepts", self.intercepts)):
+            if vec is not None and len(vec) != d:
+                raise ValueError(f"{name} must have d = {d} entries like weights, got {len(vec)}")
+        values = [*(v for r in self.weights for v in r), *self.noise, *(self.intercepts or ())]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("weights, noise and intercepts must be finite numbers")
+        if min(self.noise) < 0:
+            raise ValueError("noise standard deviations must be >= 0")
+        left = set(range(d))  # acyclic: repeatedly remove a variable with no parents left
+        while left:
+            roots = [j for j in left if not any(self.weights[i][j] != 0 for i in left if i != j)]
+            if not roots or any(self.weights[j][j] != 0 for j in roots):
+                raise ValueError(f"weights must be a DAG: variables {sorted(left)} lie on a cycle (or a self-loop)")
+            left -= set(roots)
+        if self.n * d > MAX_DATA_VALUES:
+            raise ValueError(f"n * d = {self.n * d:,} values is over the limit of {MAX_DATA_VALUES:,}")
         return self
 
 
@@ -249,7 +336,8 @@ class TextTokenizer(Strict):
     Hugging Face tokenizer.json (a folder holding one, or the file)."""
 
     type: Literal["bpe"] | None = None
-    vocab_size: int | None = Field(default=None, ge=256, le=MAX_DIM, description="tokens of the trained BPE")
+    vocab_size: int | None = Field(default=None, ge=257, le=MAX_DIM,
+                                   description="tokens of the trained BPE: <|endoftext|> (ID 0), 256 bytes, merges")
     min_frequency: int | None = Field(default=None, ge=1, le=INT64_MAX,
                                       description="fewest occurrences of a pair the BPE merges (default 2)")
     path: str | None = None
@@ -281,12 +369,14 @@ class TextData(_Dataset):
                                    "this with a tokenizer)")
     tokenizer: TextTokenizer | None = None
 
-    @model_validator(mode="after")
-    def _fits(self) -> "TextData":
-        t = self.tokenizer
-        if t is not None and t.vocab_size is not None and self.vocab_size is not None and self.vocab_size < t.vocab_size:
-            raise ValueError(f"vocab_size {self.vocab_size} is smaller than the tokenizer's vocab_size {t.vocab_size}")
-        return self
+    @field_validator("tokenizer")
+    @classmethod
+    def _fits(cls, t: TextTokenizer | None, info: Any) -> TextTokenizer | None:  # info: ValidationInfo
+        # a field validator (vocab_size is validated before it), so the error is at `tokenizer:`
+        limit = info.data.get("vocab_size")
+        if t is not None and t.vocab_size is not None and limit is not None and limit < t.vocab_size:
+            raise ValueError(f"vocab_size {limit} is smaller than the tokenizer's vocab_size {t.vocab_size}")
+        return t
 
     @field_validator("encoding")
     @classmethod
@@ -300,7 +390,7 @@ class TextData(_Dataset):
         return v
 
 
-DatasetSpec = Annotated[SklearnData | GeneratedData | NpzData | CsvData | TextData, Field(discriminator="source")]
+DatasetSpec = Annotated[SklearnData | GeneratedData | HawkesData | CausalLinearData | NpzData | CsvData | TextData, Field(discriminator="source")]
 
 
 class OptimizerSpec(Strict):
@@ -396,10 +486,49 @@ class Arm(Strict):
     description: str = ""
 
 
+TUNER_STRATEGIES = ("all", "grid", "random", "active_inference")  # caramba.run.tuner
+TUNER_AI_OPTIONS = ("precision", "prior_std", "noise", "preference")
+
+
 class Tuner(Strict):
+    """Arms (each a set of overrides) and how to pick the runs: ``all`` runs every arm x target x
+    run; ``grid``, ``random`` and ``active_inference`` run ``budget`` runs one by one, each of an
+    arm the strategy picks from the results so far (``caramba.run.tuner``)."""
+
+    strategy: str = Field("all", description="all | grid | random | active_inference")
     metric: str = "val.loss"
     mode: Literal["min", "max"] = "min"
+    budget: int | None = Field(default=None, ge=1, le=MAX_RUNS, description="runs in total (random, "
+                               "active_inference: required; grid: default every planned run)")
+    seed: Seed = 0
+    precision: float | None = Field(default=None, gt=0, le=1e6, description="active_inference: gamma of softmax(-gamma G)")
+    prior_std: float | None = Field(default=None, gt=0, le=1e6, description="active_inference: tau, prior std of an arm's mean")
+    noise: float | None = Field(default=None, gt=0, le=1e6, description="active_inference: sigma0, prior outcome noise")
+    preference: float | None = Field(default=None, ge=0, le=1e6, description="active_inference: c, ln P~(z) = c z")
     arms: list[Arm] = Field(min_length=1, max_length=MAX_ARMS)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategy(cls, v: Any) -> Any:
+        if isinstance(v, str) and v not in TUNER_STRATEGIES:
+            raise ValueError(f"unknown tuner strategy {short(v)}; {did_you_mean(v, TUNER_STRATEGIES)}")
+        return v
+
+    @field_validator("budget", "seed")
+    @classmethod
+    def _sequential_only(cls, v: Any, info: Any) -> Any:
+        if info.data.get("strategy", "?") == "all":  # (a strategy that failed validation is not in data)
+            raise ValueError(f"tuner.{info.field_name} is for a strategy that picks runs one by one (grid, random, "
+                             "active_inference); strategy all runs every arm x target x run")
+        return v
+
+    @field_validator(*TUNER_AI_OPTIONS)
+    @classmethod
+    def _ai_only(cls, v: Any, info: Any) -> Any:
+        strategy = info.data.get("strategy", "active_inference")
+        if strategy != "active_inference":
+            raise ValueError(f"tuner.{info.field_name} is an option of strategy active_inference, not {strategy}")
+        return v
 
     @field_validator("arms")
     @classmethod
@@ -408,6 +537,13 @@ class Tuner(Strict):
         if len(set(ids)) != len(ids):
             raise ValueError(f"tuner arm ids must be unique, got {ids}")
         return v
+
+    @model_validator(mode="after")
+    def _needs_budget(self) -> "Tuner":
+        if self.strategy in ("random", "active_inference") and self.budget is None:
+            raise ValueError(f"tuner strategy {self.strategy} needs a budget (the number of runs to make, "
+                             f"1 to {MAX_RUNS})")
+        return self
 
 
 # ---- fine-tuning ---------------------------------------------------------------------------
@@ -472,15 +608,109 @@ class Manifest(Strict):
 
 
 def validate(doc: Document) -> Manifest:
-    """Check ``doc`` against the schema; the first problem becomes a located ManifestError."""
+    """Check ``doc`` against the schema and its nodes against the asset registry; every
+    independent problem found is reported in one located ManifestError (``errors`` lists them;
+    ``line``/``path`` are the first one's).
+
+    A document loaded from a file with an ``assets/`` folder beside it puts that folder on the
+    asset search path (``caramba.manifest.registry``) for this manifest."""
     if not isinstance(doc.data, dict):
         raise doc.error((), "a manifest must be a mapping of sections")
+    use_manifest_assets(doc)
     try:
         m = Manifest.model_validate(doc.data)
     except ValidationError as exc:
         raise _to_manifest_error(doc, exc) from None
     resolve_pretrained(m.topology, doc)
+    problems = check_references(m, doc)
+    if problems:
+        raise ManifestError.combine(problems)
     return m
+
+
+def use_manifest_assets(doc: Document) -> None:
+    """Make the ``assets/`` folder beside ``doc`` (if any) the manifest part of the asset search
+    path. Under a server's data roots the folder must lie inside them, like any file it reads."""
+    if doc.assets is None:  # a Document made in code, not loaded: the search path stays as it is
+        return
+    from caramba.manifest.registry import set_manifest_assets
+
+    folders = [doc.assets] if doc.assets else []
+    if folders:
+        from caramba.data.sources import outside_roots
+
+        if outside_roots(doc.base_dir, doc.assets):
+            raise doc.error((), "the manifest's assets/ folder is outside the folders this server reads from",
+                            hint="put assets on the server's asset path (setting assets, CARAMBA_ASSET_PATH)")
+    set_manifest_assets(folders)
+
+
+def check_references(m: Manifest, doc: Document) -> list[ManifestError]:
+    """What every node of the topology refers to, each problem on its own: its op (an asset),
+    its config (the op's schema), its inputs (earlier nodes or topology inputs), its ID and
+    ``out`` names; then the topology's outputs. Lowering checks the same on the way (and
+    stops at the first); collecting here reports them all at once."""
+    from caramba.errors import CarambaError
+    from caramba.manifest.registry import registry
+
+    reg = registry()
+    out: list[ManifestError] = []
+    topo = m.topology
+    published: set[str] = set(topo.inputs)
+    producers = dict.fromkeys(topo.inputs, "a topology input")
+    res = topo.pretrained
+    listed = [((("topology", "from_safetensors")), res.node)] if res is not None else []
+    listed += [(("topology", "nodes", i), n) for i, n in enumerate(topo.nodes)]
+
+    class _Bad(Exception):
+        pass
+
+    for npath, spec in listed:  # in the order lowering checks them, but every problem, not the first
+        try:
+            asset = reg.get(spec.op, ("operation", "block", "model"))
+        except KeyError as exc:
+            out.append(doc.error((*npath, "op"), exc.args[0], node=spec.id))
+            asset = None
+        if spec.id in producers:
+            out.append(doc.error((*npath, "id"), f"duplicate node id '{spec.id}' (also {producers[spec.id]})",
+                                 node=spec.id))
+        if asset is not None:
+            lo, hi = asset.arity()
+            if not lo <= len(spec.in_) <= hi:
+                names = ", ".join(p.name + ("?" if p.optional else "") for p in asset.inputs) or "none"
+                want = str(lo) if lo == hi else f"{lo} to {hi}"
+                out.append(doc.error((*npath, "in"), f"{spec.op} takes {want} input{'s' if hi != 1 else ''} "
+                                     f"({names}), got {len(spec.in_)}: {spec.in_}", node=spec.id))
+        for j, name in enumerate(spec.in_):
+            if name not in published:
+                hint = did_you_mean(name, published) if published else "nothing is defined yet"
+                out.append(doc.error((*npath, "in", j), f"input '{name}' of node '{spec.id}' is not an input of the "
+                                     f"topology nor produced by an earlier node; {hint}", node=spec.id))
+        if asset is not None:
+            def bad_config(key: str | None, msg: str, npath: tuple = npath, spec: NodeSpec = spec) -> None:
+                p = (*npath, "config", key) if key is not None else (*npath, "config")
+                out.append(doc.error(p, msg, key=key is not None and key not in spec.config, node=spec.id, op=spec.op))
+                raise _Bad
+
+            try:
+                asset.resolve_config(spec.config, bad_config)
+            except _Bad:
+                pass
+            except CarambaError as exc:
+                out.append(doc.error((*npath, "config"), exc.message, node=spec.id, op=spec.op))
+        for name in [n for n in spec.out if n != spec.id]:
+            if name in producers:
+                out.append(doc.error((*npath, "out"), f"'{name}' is already defined (by {producers[name]})",
+                                     node=spec.id))
+        producers.setdefault(spec.id, f"node at {doc.loc(npath)}")
+        for name in spec.out:
+            producers.setdefault(name, f"node '{spec.id}' at {doc.loc(npath)}")
+        published.update([spec.id, *spec.out])
+    for name, src in topo.outputs.items():
+        if src not in published:
+            out.append(doc.error(("topology", "outputs", name), f"output '{name}' names '{src}', which no node "
+                                 f"produces; {did_you_mean(src, published)}"))
+    return out
 
 
 def resolve_pretrained(topology: Topology, doc: Document) -> None:
@@ -522,24 +752,43 @@ def _data_path(doc: Document, loc: tuple) -> tuple:
 
 
 def _to_manifest_error(doc: Document, exc: ValidationError) -> ManifestError:
-    errors = exc.errors(include_url=False)
-    # Prefer the deepest error: it is the most specific one.
-    first = max(errors, key=lambda e: len(_data_path(doc, tuple(e["loc"]))))
+    """Every independent problem pydantic found, each at its own line, as one ManifestError.
+
+    The first is the deepest problem (the most specific one; what ``line``/``path`` report);
+    the others follow in file order. A problem at a value that also has a deeper problem (a
+    union's alternatives, an enclosing mapping) is left out: the deeper one says more."""
+    found: list[tuple[tuple, ManifestError]] = []
+    for e in exc.errors(include_url=False):
+        key, err = _one_error(doc, e)
+        if all(k != key for k, _ in found):
+            found.append((key, err))
+    keep = [(k, err) for k, err in found if not any(len(o) > len(k) and o[: len(k)] == k for o, _ in found)]
+    first = max(keep, key=lambda ke: len(ke[0]))
+    rest = sorted((ke for ke in keep if ke is not first),
+                  key=lambda ke: (ke[1].line or 0, ke[1].col or 0) if ke[1].loc else (0, 0))
+    return ManifestError.combine([first[1], *(err for _, err in rest)])
+
+
+def _one_error(doc: Document, first: Any) -> tuple[tuple, ManifestError]:
+    """One pydantic error as (the data path it is about, a located ManifestError)."""
     path = _data_path(doc, tuple(first["loc"]))
     kind = first["type"]
     msg = first["msg"]
     if kind == "unknown_key":
         key = first["ctx"]["key"]
         path = (*path, key)
-        return ManifestError(msg, loc=doc.loc(path, key=True), path=format_path(path))
+        return path, ManifestError(msg, loc=doc.loc(path, key=True), path=format_path(path))
+    about = path
     if kind == "missing":
         field = first["loc"][-1]
         msg = f"missing required key '{field}'"
+        about = (*path, field)
     elif kind == "union_tag_invalid":
         tag = first["ctx"].get("tag")
         expected = first["ctx"].get("expected_tags", "")
         msg = f"unknown source {tag!r}; valid: {expected}"
         path = (*path, "source") if isinstance(doc.get(path), dict) and "source" in doc.get(path) else path
+        about = path
     elif kind == "union_tag_not_found":
         msg = "missing required key 'source' (one of: sklearn, generated, npz, csv, text)"
     elif kind == "string_pattern_mismatch":
@@ -549,10 +798,7 @@ def _to_manifest_error(doc: Document, exc: ValidationError) -> ManifestError:
         msg = msg[len("Value error, "):]
     elif "input" in first and not isinstance(first["input"], (dict, list)):
         msg = f"{msg}, got {short(first['input'])}"
-    more = len(errors) - 1
-    if more:
-        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return ManifestError(msg, loc=doc.loc(path), path=format_path(path))
+    return about, ManifestError(msg, loc=doc.loc(path), path=format_path(path))
 
 
 def is_name(s: str) -> bool:
@@ -560,7 +806,7 @@ def is_name(s: str) -> bool:
 
 
 __all__ = [
-    "Arm", "Checkpoints", "CsvData", "DatasetSpec", "FromSafetensors", "SklearnData", "GeneratedData", "InputSpec", "LoraSpec",
+    "Arm", "CausalLinearData", "Checkpoints", "CsvData", "DatasetSpec", "FromSafetensors", "SklearnData", "GeneratedData", "HawkesData", "InputSpec", "LoraSpec",
     "Manifest", "ModelSpec", "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
     "Trainer", "Tuner", "validate",
 ]

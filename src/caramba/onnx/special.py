@@ -17,6 +17,16 @@ Sources:
   floating-point arithmetic", ACM Comput. Surv. 23 (1991), Theorem 4).
 * expm1: W. Kahan's ``(u - 1) * x / log(u)`` with ``u = exp(x)`` (N. J. Higham, "Accuracy and
   Stability of Numerical Algorithms", 2nd ed., section 1.14.1).
+* sin / cos: fdlibm's scheme (Sun Microsystems, 1993; as in FreeBSD msun e_rem_pio2.c,
+  k_sin.c, k_cos.c). ``k = round(x * 2/pi)``; ``r = x - k*pi/2`` with pi/2 split into
+  33-bit parts (pio2_1, pio2_2, pio2_3) and a 53-bit tail (pio2_3t), so each ``k * part`` is
+  exact while ``|k| < 2**20``; the differences are summed with Knuth's TwoSum into a
+  double-double ``y0 + y1`` (branch-free, so all three of fdlibm's iterations always run);
+  then msun's __kernel_sin/__kernel_cos minimax polynomials on [-pi/4, pi/4] and the quadrant
+  ``k mod 4``. Past ``|k| >= 2**20`` (|x| >~ 1.647e6) Payne-Hanek: ``|x| * 2/pi mod 4`` from a
+  192-bit window of 2/pi (the bits of ``backends/codegen/two_over_pi.py``) in 32-bit limbs held
+  in uint64, as the WGSL port in ``backends/codegen/wgsl_math.py`` does; the exponent of ``x``
+  comes from ``Log`` corrected against a table of exact powers of two (ONNX has no bitcast).
 * RNG: SplitMix64 (G. Steele, D. Lea, C. Flood, "Fast splittable pseudorandom number
   generators", OOPSLA 2014; constants of Vigna's splitmix64.c): element i of a draw is
   ``mix(s + (i + 1) * golden)``, a pure function of (seed, key, i), so a draw is reproducible.
@@ -188,6 +198,223 @@ def sigmoid(e: Emitter, x: str, d: DType) -> str:
     return m.where(e.op("GreaterOrEqual", x, m.k(0.0)), m.div(m.k(1.0), den), m.div(ex, den))
 
 
+# ---- sin / cos (fdlibm / FreeBSD msun) ---------------------------------------------------
+TWO_OVER_PI = 6.36619772367581382433e-01  # 0x3FE45F306DC9C883
+PIO2_1 = float.fromhex("0x1.921fb54400000p+0")  # first 33 bits of pi/2
+PIO2_2 = float.fromhex("0x1.0b4611a600000p-34")  # second 33 bits
+PIO2_3 = float.fromhex("0x1.3198a2e000000p-69")  # third 33 bits
+PIO2_3T = float.fromhex("0x1.b839a252049c1p-104")  # pi/2 - (PIO2_1 + PIO2_2 + PIO2_3), 53 bits
+# k * PIO2_i is exact while |k| < 2**20 (33 + 20 bits); from k = round(x * 2/pi) = 2**20 on
+# (|x| >~ (2**20 - 1/2) * pi/2 ~ 1.647e6) the reduction is Payne-Hanek's.
+SINCOS_K_MAX = 2.0**20
+S_K = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+       2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
+C_K = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
+       -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
+
+
+def _two_sum(m: Math, a: str, b: str) -> tuple[str, str]:
+    """Knuth's TwoSum: s + err == a + b exactly, whatever the magnitudes."""
+    s = m.add(a, b)
+    bb = m.sub(s, a)
+    return s, m.add(m.sub(a, m.sub(s, bb)), m.sub(b, bb))
+
+
+def _rem_pio2(m: Math, x: str) -> tuple[str, str, str]:
+    """(k, y0, y1): x = k*pi/2 + y0 + y1, |y0 + y1| <~ pi/4, for |k| < 2**20."""
+    e = m.e
+    k = e.op("Round", m.mul(x, m.k(TWO_OVER_PI)))
+    t1 = m.sub(x, m.mul(k, m.k(PIO2_1)))  # exact: exact product, Sterbenz difference
+    s1, e1 = _two_sum(m, t1, e.op("Neg", m.mul(k, m.k(PIO2_2))))
+    s2, e2 = _two_sum(m, s1, e.op("Neg", m.mul(k, m.k(PIO2_3))))
+    lo = m.sub(m.add(e1, e2), m.mul(k, m.k(PIO2_3T)))
+    y0, y1 = _two_sum(m, s2, lo)
+    return k, y0, y1
+
+
+_M32 = 0xFFFFFFFF
+_PH_E_MIN = -33  # x = m * 2**e, m in [2**52, 2**53): e >= -32 past the Cody-Waite bound
+
+
+def _tpi_word_tables() -> list[np.ndarray]:
+    """For each e in [_PH_E_MIN, 971] and j in 0..5, the 32 bits of 2/pi from bit
+    e - 1 + 32 (5 - j) on (bit 1 = the first after the binary point; bits <= 0 are zero)."""
+    from caramba.backends.codegen.two_over_pi import TWO_OVER_PI_24
+
+    nbits = 24 * len(TWO_OVER_PI_24)
+    big = 0
+    for c in TWO_OVER_PI_24:
+        big = (big << 24) | c
+
+    def word(s: int) -> int:
+        return 0 if s + 31 <= 0 else (big >> (nbits - (s + 31))) & _M32
+
+    es = range(_PH_E_MIN, 972)
+    return [np.array([word(e - 1 + 32 * (5 - j)) for e in es], dtype=np.uint64) for j in range(6)]
+
+
+def _rem_pio2_large(m: Math, ax: str) -> tuple[str, str, str]:
+    """Payne-Hanek for ax = |x| >= 2**20 (finite), after FreeBSD msun / the WGSL port in
+    ``backends/codegen/wgsl_math.py``: ax * 2/pi mod 4 from a 192-bit window of 2/pi, in 32-bit
+    limbs held in uint64. Returns (n mod 4, y0, y1) with ax = n pi/2 + y0 + y1 (mod 2 pi)."""
+    e = m.e
+    u64 = TensorProto.UINT64
+
+    def u(v: int) -> str:
+        return _u64(e, v)
+
+    # exponent: ax in [2**E, 2**(E+1)), from log with a one-step correction against exact powers
+    pow2 = e.const(np.append(np.ldexp(1.0, np.arange(0, 1024)), np.inf), DType.float64, hint="pow2")
+    est = e.op("Floor", m.div(m.log(ax), m.k(math.log(2.0))))
+    est = e.op("Clip", est, m.k(20.0), m.k(1023.0))
+    p = e.op("Gather", pow2, e.op("Cast", est, to=TensorProto.INT64))
+    est = m.sub(est, e.op("Cast", m.less(ax, p), to=TensorProto.DOUBLE))
+    p2 = e.op("Gather", pow2, e.op("Cast", m.add(est, m.k(1.0)), to=TensorProto.INT64))
+    big_e = m.add(est, e.op("Cast", e.op("GreaterOrEqual", ax, p2), to=TensorProto.DOUBLE))
+    p = e.op("Gather", pow2, e.op("Cast", big_e, to=TensorProto.INT64))
+    mant = e.op("Cast", m.mul(m.div(ax, p), m.k(2.0**52)), to=u64)  # exact 53-bit integer
+    idx = e.op("Cast", m.sub(big_e, m.k(52.0 + _PH_E_MIN)), to=TensorProto.INT64)  # e - _PH_E_MIN
+    w = [e.op("Gather", e.const(t, hint="tpi"), idx) for t in _tpi_word_tables()]
+
+    def lo32(t: str) -> str:
+        return e.op("BitwiseAnd", t, u(_M32))
+
+    def hi32(t: str) -> str:
+        return e.op("BitShift", t, u(32), direction="RIGHT")
+
+    m0, m1 = lo32(mant), hi32(mant)
+    q, c = [], None
+    for j in range(6):  # m0 * W
+        t = e.op("Mul", m0, w[j])
+        t = t if c is None else e.op("Add", t, c)
+        q.append(lo32(t))
+        c = hi32(t)
+    r, c = [q[0]], None
+    for j in range(5):  # + (m1 * W) << 32; limbs 6 and 7 are multiples of 4
+        t = e.op("Add", e.op("Mul", m1, w[j]), q[j + 1])
+        t = t if c is None else e.op("Add", t, c)
+        r.append(lo32(t))
+        c = hi32(t)
+    # n = bits 190, 191; the fraction: the 190 bits below, shifted up by 2 (h[0] most significant)
+    n = e.op("Cast", e.op("BitwiseAnd", e.op("BitShift", r[5], u(30), direction="RIGHT"), u(3)), to=TensorProto.DOUBLE)
+    limbs = [r[5], r[4], r[3], r[2], r[1], r[0]]
+    h = []
+    for k in range(6):
+        v = e.op("BitShift", limbs[k], u(2), direction="LEFT")
+        if k < 5:
+            v = e.op("BitwiseOr", v, e.op("BitShift", limbs[k + 1], u(30), direction="RIGHT"))
+        h.append(lo32(v))
+    # fraction >= 1/2: n + 1 and the fraction 1 - f (2**192 minus the limbs)
+    neg = e.op("GreaterOrEqual", h[0], u(0x80000000))
+    comp, c = [None] * 6, u(1)
+    for k in range(5, -1, -1):
+        t = e.op("Add", lo32(e.op("BitwiseNot", h[k])), c)
+        comp[k] = lo32(t)
+        c = hi32(t)
+    g = [m.where(neg, e.op("Cast", comp[k], to=TensorProto.DOUBLE), e.op("Cast", h[k], to=TensorProto.DOUBLE)) for k in range(6)]
+    # the fraction as a double-double: limbs are exact doubles, summed with TwoSum
+    s_, err = m.mul(g[0], m.k(2.0**-32)), None
+    for k in range(1, 6):
+        s_, t = _two_sum(m, s_, m.mul(g[k], m.k(2.0 ** (-32 * (k + 1)))))
+        err = t if err is None else m.add(err, t)
+    hi, lo = _two_sum(m, s_, err)
+    # times pi/2 (double-double constant) with Dekker's exact product (no FMA in ONNX)
+    ph = m.mul(hi, m.k(PIO2_HI))
+    pe = m.add(_prod_err(m, hi, PIO2_HI, ph), m.add(m.mul(hi, m.k(PIO2_LO)), m.mul(lo, m.k(PIO2_HI))))
+    y0 = m.add(ph, pe)
+    y1 = m.sub(pe, m.sub(y0, ph))
+    sign = m.where(neg, m.k(-1.0), m.k(1.0))
+    return m.add(n, e.op("Cast", neg, to=TensorProto.DOUBLE)), m.mul(y0, sign), m.mul(y1, sign)
+
+
+PIO2_HI = 1.5707963267948966  # pi/2 rounded to float64
+PIO2_LO = 6.123233995736766e-17  # pi/2 - PIO2_HI
+
+
+def _split(m: Math, a: str) -> tuple[str, str]:
+    """Dekker/Veltkamp: a = hi + lo, each with at most 26 significant bits."""
+    c = m.mul(a, m.k(134217729.0))  # 2**27 + 1
+    hi = m.sub(c, m.sub(c, a))
+    return hi, m.sub(a, hi)
+
+
+def _prod_err(m: Math, a: str, b: float, p: str) -> str:
+    """a * b - p exactly, for p = fl(a * b) (Dekker's TwoProduct; b a float64 constant)."""
+    ah, al = _split(m, a)
+    bh = float(np.float64(b) * 134217729.0 - (np.float64(b) * 134217729.0 - np.float64(b)))
+    bl = float(np.float64(b) - np.float64(bh))
+    t = m.sub(m.mul(ah, m.k(bh)), p)
+    t = m.add(t, m.mul(ah, m.k(bl)))
+    t = m.add(t, m.mul(al, m.k(bh)))
+    return m.add(t, m.mul(al, m.k(bl)))
+
+
+def _kernel_sin(m: Math, x: str, y: str) -> str:
+    """msun k_sin.c (iy = 1): sin(x + y) on [-pi/4, pi/4], y the tail of x."""
+    s1, s2, s3, s4, s5, s6 = (m.k(c) for c in S_K)
+    z = m.mul(x, x)
+    w = m.mul(z, z)
+    r = m.add(m.add(s2, m.mul(z, m.add(s3, m.mul(z, s4)))), m.mul(m.mul(z, w), m.add(s5, m.mul(z, s6))))
+    v = m.mul(z, x)
+    inner = m.sub(m.mul(z, m.sub(m.mul(m.k(0.5), y), m.mul(v, r))), y)
+    return m.sub(x, m.sub(inner, m.mul(v, s1)))
+
+
+def _kernel_cos(m: Math, x: str, y: str) -> str:
+    """msun k_cos.c: cos(x + y) on [-pi/4, pi/4]."""
+    c1, c2, c3, c4, c5, c6 = (m.k(c) for c in C_K)
+    one = m.k(1.0)
+    z = m.mul(x, x)
+    w = m.mul(z, z)
+    r = m.add(m.mul(z, m.add(c1, m.mul(z, m.add(c2, m.mul(z, c3))))),
+              m.mul(m.mul(w, w), m.add(c4, m.mul(z, m.add(c5, m.mul(z, c6))))))
+    hz = m.mul(m.k(0.5), z)
+    w = m.sub(one, hz)
+    return m.add(w, m.add(m.sub(m.sub(one, w), hz), m.sub(m.mul(z, r), m.mul(x, y))))
+
+
+def _sincos(e: Emitter, x: str, d: DType, cos: bool) -> str:
+    m = Math(e, d)
+    k, y0, y1 = _rem_pio2(m, x)
+    # |k| >= 2**20 (|x| >~ 1.647e6, finite): Payne-Hanek on |x| (a safe stand-in elsewhere)
+    finite = not_(e, e.op("Or", e.op("IsInf", x), e.op("IsNaN", x)))
+    big = e.op("And", not_(e, m.less(e.op("Abs", k), m.k(SINCOS_K_MAX))), finite)
+    # only on those elements (NonZero -> GatherND -> ScatterND): the common case stays cheap
+    shape, flat = e.op("Shape", x), e.ints([-1])
+    at = e.op("Transpose", e.op("NonZero", e.op("Reshape", big, flat)))  # (count, 1)
+    xb = e.op("GatherND", e.op("Reshape", x, flat), at)
+    n, z0, z1 = _rem_pio2_large(m, e.op("Abs", xb))
+    flip = m.where(m.less(xb, m.k(0.0)), m.k(-1.0), m.k(1.0))  # sin(-a) = -sin(a): n, y negated
+
+    def put(v: str, upd: str) -> str:
+        return e.op("Reshape", e.op("ScatterND", e.op("Reshape", v, flat), at, m.mul(upd, flip)), shape)
+
+    k, y0, y1 = put(k, n), put(y0, z0), put(y1, z1)
+    ks, kc = _kernel_sin(m, y0, y1), _kernel_cos(m, y0, y1)
+    q = m.sub(k, m.mul(m.k(4.0), e.op("Floor", m.mul(k, m.k(0.25)))))  # k mod 4, exact
+    if cos:  # quadrants 0..3: kc, -ks, -kc, ks
+        q = m.add(q, m.k(1.0))
+    # sin quadrants 0..3 (cos: q + 1): ks, kc, -ks, -kc
+    odd = e.op("Equal", e.op("Mod", q, m.k(2.0), fmod=1), m.k(1.0))
+    v = m.where(odd, kc, ks)
+    neg = e.op("GreaterOrEqual", e.op("Mod", q, m.k(4.0), fmod=1), m.k(2.0))
+    v = m.where(neg, e.op("Neg", v), v)
+    v = m.where(finite, v, m.k(math.nan))  # inf and NaN: NaN
+    if not cos:  # sin(+-0) = +-0: x in Where's exactly copied second branch
+        v = m.where(not_(e, e.op("Equal", x, m.k(0.0))), v, x)
+    return v
+
+
+def sin(e: Emitter, x: str, d: DType = DType.float64) -> str:
+    """float64 sin(x) within 1 ulp for every finite x; NaN for +-inf and NaN; sin(-0) = -0."""
+    return _sincos(e, x, d, cos=False)
+
+
+def cos(e: Emitter, x: str, d: DType = DType.float64) -> str:
+    """float64 cos(x) within 1 ulp for every finite x; NaN for +-inf and NaN."""
+    return _sincos(e, x, d, cos=True)
+
+
 # ---- SplitMix64 ---------------------------------------------------------------------------
 GOLDEN = 0x9E3779B97F4A7C15
 MIX1 = 0xBF58476D1CE4E5B9
@@ -245,4 +472,4 @@ def normal01(e: Emitter, s: str, shape: tuple[int, ...]) -> str:
     return m.mul(r, e.op("Cos", m.mul(m.k(2.0 * math.pi), u2)))
 
 
-__all__ = ["erf", "erfc", "expm1", "log1p", "mix64", "normal01", "sigmoid", "stream_seed", "uniform01"]
+__all__ = ["cos", "erf", "erfc", "expm1", "log1p", "mix64", "normal01", "sigmoid", "sin", "stream_seed", "uniform01"]

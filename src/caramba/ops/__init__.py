@@ -3,18 +3,25 @@
 # fused: the forms the compiler's fuse pass produces; train: losses, metrics, optimizer updates
 from caramba.ops import (
     activation,
+    active_inference,
     attention,
+    causal,
+    fft,
     fused,
     graph,
+    hawkes,
     linalg,
+    markov_blanket,
     math,
     nn,
+    predictive_coding,
     random,
     reduce,
     sample,
     shape,
     state,
     train,
+    vsa,
 )
 from caramba.ops.activation import elu, gelu, leaky_relu, relu, selu, sigmoid, silu, softplus, swiglu
 from caramba.ops.attention import rope, sdpa
@@ -95,4 +102,5 @@ from caramba.ops.shape import (
     view_as_heads,
 )
 
-FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, sample, fused, train)
+FAMILIES = (graph, state, math, activation, reduce, linalg, shape, nn, attention, random, sample, fused, train,
+            fft, vsa, hawkes, causal, active_inference, markov_blanket, predictive_coding)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class RunPlan:
     backend: str
     arm: str = ""
     overrides: list[str] = field(default_factory=list)  # the --set items before the arm's
+    cycle: int = 0  # a tuner's repeat of this run with another seed (caramba.run.tuner.pull_seed)
 
     @property
     def steps(self) -> int:
@@ -48,7 +49,7 @@ class RunPlan:
     @property
     def label(self) -> str:
         parts = [p for p in (self.arm, self.target.name, self.run.id) if p]
-        return "/".join(parts)
+        return "/".join(parts) + (f"#{self.cycle}" if self.cycle else "")
 
 
 @dataclass
@@ -188,6 +189,7 @@ def run_experiment(
     store: Any = None,
     progress: Progress | None = None,
     default_backend: str | None = None,
+    on_decision: Callable[[Any], None] | None = None,
 ) -> ExperimentResult:
     """Run every planned run of a manifest (path, YAML text or Document) and record it.
 
@@ -196,16 +198,66 @@ def run_experiment(
     (default: ``CARAMBA_BACKEND`` or the ``backend`` setting); ``target`` picks one target;
     ``store`` is a ``RunStore`` (default: the configured local store). A run that fails is recorded as failed
     with its error and the others still run; ``result.ok`` says whether all finished.
+
+    A tuner with a sequential strategy (grid, random, active_inference) runs ``tuner.budget``
+    runs one after the other, each of the arm it picks from the results so far (``run_tuned``);
+    ``on_decision`` is called with each ``caramba.run.tuner.Decision`` before its run starts.
     """
     from caramba.store.runs import open_runs
 
     store = store if store is not None else open_runs()
     plans = plan_runs(source, overrides, backend=backend, target=target, default_backend=default_backend)
+    from caramba.compute.registry import require
+
+    for spec in dict.fromkeys(p.backend for p in plans):  # an unusable backend: refused before any run is recorded
+        require(spec)
     m = plans[0].prep.manifest
     group = f"{m.name}-{secrets.token_hex(3)}"
-    results = [execute(p, store, progress, group) for p in plans]
     tuner = m.tuner
+    if tuner is not None and tuner.strategy != "all":
+        results = run_tuned(plans, tuner, store, progress, group, on_decision)
+    else:
+        results = [execute(p, store, progress, group) for p in plans]
     return ExperimentResult(m.name, group, results, tuner.metric if tuner else None, tuner.mode if tuner else "min")
+
+
+def run_tuned(plans: list[RunPlan], tuner: Any, store: Any, progress: Progress | None = None, group: str = "",
+              on_decision: Callable[[Any], None] | None = None) -> list[RunResult]:
+    """A sequential tuner's runs: ``budget`` steps, each choosing an arm
+    (``caramba.run.tuner.Chooser``), running one run of it and observing its ``tuner.metric``
+    (a failed run, or one without a finite value of the metric, is a failure observation).
+
+    The ``j``-th pull of an arm runs the arm's planned (target, run) pairs in order, cycling;
+    a repeat (cycle ``c > 0``) runs with ``pull_seed(seed, c)``. Each run's config records the
+    decision: ``config.tuner = {strategy, step, budget, arm, reason, beliefs}``."""
+    from caramba.run.tuner import MAX_BUDGET, Chooser, pull_seed
+
+    by_arm: dict[str, list[RunPlan]] = {a.id: [] for a in tuner.arms}
+    for p in plans:
+        by_arm[p.arm].append(p)
+    budget = min(tuner.budget if tuner.budget is not None else len(plans), MAX_BUDGET)
+    chooser = Chooser.from_tuner(tuner, budget)
+    pulls = dict.fromkeys(by_arm, 0)
+    results: list[RunResult] = []
+    for _ in range(budget):
+        decision = chooser.choose()
+        pool = by_arm[decision.arm_id]
+        j = pulls[decision.arm_id]
+        pulls[decision.arm_id] = j + 1
+        base = pool[j % len(pool)]
+        cycle = j // len(pool)
+        plan = base if cycle == 0 else replace(
+            base, run=base.run.model_copy(update={"seed": pull_seed(base.run.seed, cycle)}), cycle=cycle)
+        if on_decision is not None:
+            on_decision(decision)
+        result = execute(plan, store, progress, group, tuner=decision.to_json())
+        value = result.summary.get(tuner.metric) if result.status == "finished" else None
+        chooser.observe(decision.arm, value)
+        results.append(result)
+    if results:  # the beliefs after the last observation, with the tuner's pick, on the last run
+        final = chooser.beliefs().as_json(chooser.arm_ids) if tuner.strategy == "active_inference" else {}
+        store.update_config(results[-1].run_id, {"tuner_final": {"best": chooser.best(), "beliefs": final}})
+    return results
 
 
 # ---- one run ------------------------------------------------------------------------------
@@ -236,17 +288,21 @@ def run_spec(plan: RunPlan, run_id: str, store_root: str | None, data_roots: lis
 
 
 def execute(plan: RunPlan, store: Any, progress: Progress | None = None, group: str = "",
-            data_roots: list[str] | None = None) -> RunResult:
+            data_roots: list[str] | None = None, tuner: Mapping[str, Any] | None = None) -> RunResult:
     """Run one planned run; records everything in ``store`` and never raises for a failed run
     (a KeyboardInterrupt leaves it "interrupted", to be resumed). ``data_roots``: the run reads
-    files only under these folders (``caramba.data.sources.data_roots``), on resume too."""
+    files only under these folders (``caramba.data.sources.data_roots``), on resume too.
+    ``tuner``: the tuner's decision that chose this run, kept in its config (``config.tuner``)."""
     prep, m = plan.prep, plan.prep.manifest
     progress = progress or Progress()
+    config = {"manifest": prep.doc.data, "overrides": list(prep.doc.overrides), "dims": prep.dims,
+              "backend": plan.backend, "arm": plan.arm, "run": plan.run.model_dump()}
+    if tuner is not None:
+        config["tuner"] = dict(tuner)
     rec = store.create_run(
         m.name, group_id=group, arm=plan.arm, target=plan.target.name, run_name=plan.run.id, seed=plan.run.seed,
         backend=plan.backend, steps=plan.steps, manifest_path=str(prep.doc.source), manifest_sha256=prep.sha256,
-        config={"manifest": prep.doc.data, "overrides": list(prep.doc.overrides), "dims": prep.dims,
-                "backend": plan.backend, "arm": plan.arm, "run": plan.run.model_dump()},
+        config=config,
     )
     spec = run_spec(plan, rec.id, str(store.root), data_roots)
     store.update_config(rec.id, {"ledger_run": rec.id, "executor": "local", "spec": spec.model_dump(mode="json")})
@@ -388,5 +444,5 @@ def ir_summary(rec: Any) -> str:
 
 __all__ = [
     "ExperimentResult", "RunPlan", "RunResult", "execute", "ledger_root", "inspect_run", "ir_summary", "loss_curve", "plan_runs",
-    "resume_run", "run_experiment", "run_spec",
+    "resume_run", "run_experiment", "run_spec", "run_tuned",
 ]

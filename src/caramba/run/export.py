@@ -22,7 +22,9 @@ def export_run(ref: str, out: str | os.PathLike[str], *, store: Any = None, fmt:
     from caramba.run.trained import load_trained
 
     if fmt != "hf":
-        raise ConfigError(f"unknown export format {fmt!r}; this command writes: hf")
+        hint = ("`caramba export RUN --format onnx|safetensors` writes an inference graph or PyTorch-layout weights"
+                if fmt in ("onnx", "safetensors") else None)
+        raise ConfigError(f"unknown export format {fmt!r}; this command writes: hf (a Hugging Face folder)", hint=hint)
     run = load_trained(ref, store, purpose="export")
     prep, tensors = run.prep, run.params
     names = param_specs(prep)

@@ -90,7 +90,8 @@ def build_optimizer(prep: Prepared, steps: int) -> Any:
     t = prep.manifest.trainer
     assert t is not None and prep.optimizer is not None
     asset, cfg = prep.optimizer
-    cls = getattr(train, OPTIMIZERS.get(asset.op, ""), None)
+    by_ir = {f"train.{k}": v for k, v in OPTIMIZERS.items()}  # a user's optimizer asset names its update op
+    cls = getattr(train, OPTIMIZERS.get(asset.op) or by_ir.get(asset.ir or "", ""), None)
     if cls is None:
         raise prep.doc.error(("trainer", "optimizer"), f"optimizer {asset.op} has no implementation in caramba.train")
     sched = t.schedule
@@ -105,9 +106,15 @@ def build_optimizer(prep: Prepared, steps: int) -> Any:
     if "beta1" in kwargs or "beta2" in kwargs:
         kwargs["betas"] = (kwargs.pop("beta1", 0.9), kwargs.pop("beta2", 0.999))
     try:
-        return cls(schedule, clip_norm=t.grad_clip, **kwargs)
+        opt = cls(schedule, clip_norm=t.grad_clip, **kwargs)
     except CarambaError as exc:
         raise prep.doc.error(("trainer", "optimizer"), exc.message) from None
+    where = {"schedule": (("trainer", "schedule"), ("trainer", "lr")), "clip": (("trainer", "grad_clip"),),
+             "update": (("trainer", "optimizer"),)}
+    for part, paths in where.items():  # the first of the paths the manifest spells out, else the trainer
+        path = next((p for p in paths if p in prep.doc.locations), ("trainer",))
+        opt.origins[part] = prep.doc.origin(path, note=f"the trainer's {part}")
+    return opt
 
 
 def param_signature(prep: Prepared) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
@@ -83,7 +84,23 @@ _MIGRATIONS = (  # (probe that fails while it is missing, statements): added aft
         "DELETE FROM metrics WHERE rowid NOT IN (SELECT MAX(rowid) FROM metrics GROUP BY run_id, split, name, step)",
         "CREATE UNIQUE INDEX IF NOT EXISTS metrics_key ON metrics(run_id, split, name, step)",
     )),
+    # what a researcher says about a run (caramba research tag / annotate)
+    ("SELECT tags, note FROM runs LIMIT 0", (
+        "ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''",
+    )),
+    # a deleted run leaves a tombstone: its ID says "deleted", not "no such run"
+    ("SELECT id FROM deleted_runs LIMIT 0", (
+        "CREATE TABLE IF NOT EXISTS deleted_runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, deleted REAL NOT NULL,"
+        " ledger_entry TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL DEFAULT '')",
+    )),
 )
+
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+MAX_NOTE_CHARS = 20_000
+# a tag is one word a filter can match exactly: letters, digits and - _ . : / + =
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+=\-]*$")
 
 
 def this_process() -> str:
@@ -114,6 +131,11 @@ def _owner_alive(owner: str, heartbeat: float | None, now: float) -> bool:
 
 class RunNotFound(CarambaError):
     """No run matches the given ID or prefix. ``caramba research status`` lists the runs."""
+
+
+class RunDeleted(RunNotFound):
+    """The run was deleted (``caramba research delete``); its ID is kept with when and why,
+    and the Notary's ledger records the deletion."""
 
 
 class StoreUnavailable(ConfigError):
@@ -157,6 +179,8 @@ class RunRecord:
     error: str = ""
     heartbeat: float | None = None
     owner: str = ""
+    tags: list[str] = field(default_factory=list)
+    note: str = ""
 
     @property
     def seconds(self) -> float | None:
@@ -277,12 +301,73 @@ class RunStore:
         Either all of it is stored or none (a crash in between leaves the previous commit)."""
         now = time.time()
         with self._db() as db:
-            db.executemany("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?,?,?)",
+            # a row already logged live keeps the time it was logged at (the wall-time axis)
+            db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?) ON CONFLICT(run_id, split, name, step) "
+                           "DO UPDATE SET value = excluded.value",
                            [(run_id, int(i), split, k, float(v), now) for i, split, vals in rows for k, v in vals.items()])
             if artifact is not None:
                 db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?,?,?,?,?)",
                            (run_id, artifact.name, artifact.kind, artifact.sha256, artifact.size, now))
             db.execute("UPDATE runs SET step=?, heartbeat=? WHERE id=?", (int(step), now, run_id))
+
+    # ---- what a researcher says about a run ----------------------------------------------------
+    def tag(self, run_id: str, add: "list[str] | tuple[str, ...]" = (), remove: "list[str] | tuple[str, ...]" = ()) -> RunRecord:
+        """Add and remove tags of a run (kept in the order first given); returns the run."""
+        for t in [*add, *remove]:
+            check_tag(t)
+        rec = self.get(run_id)
+        tags = [t for t in rec.tags if t not in set(remove)]
+        tags += [t for t in dict.fromkeys(add) if t not in tags]
+        if len(tags) > MAX_TAGS:
+            raise ConfigError(f"run {rec.id} would have {len(tags)} tags; at most {MAX_TAGS}",
+                              hint="remove some with `caramba research tag RUN --remove TAG`")
+        with self._db() as db:
+            db.execute("UPDATE runs SET tags=? WHERE id=?", (json.dumps(tags), rec.id))
+        return self.get(rec.id)
+
+    def annotate(self, run_id: str, note: str) -> RunRecord:
+        """Set the run's note (free text; an empty one clears it); returns the run."""
+        if not isinstance(note, str):
+            raise ConfigError(f"a run's note is text, not {type(note).__name__}")
+        if len(note) > MAX_NOTE_CHARS:
+            raise ConfigError(f"a run's note is at most {MAX_NOTE_CHARS:,} characters; this one has {len(note):,}")
+        if "\x00" in note:
+            raise ConfigError("a run's note cannot hold a NUL character")
+        try:
+            note.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(f"a run's note must be Unicode text: position {exc.start} holds a lone surrogate") from None
+        rec = self.get(run_id)
+        with self._db() as db:
+            db.execute("UPDATE runs SET note=? WHERE id=?", (note, rec.id))
+        return self.get(rec.id)
+
+    def delete(self, run_id: str, *, ledger_entry: str = "", reason: str = "") -> None:
+        """Forget a run: its record, metrics, artifacts and folder. A tombstone keeps its ID,
+        when and why it was deleted, and the ledger entry that records the deletion (see
+        ``caramba.run.manage.delete_run``, which records it with the Notary first)."""
+        rec = self.get(run_id)
+        with self._db() as db:
+            db.execute("DELETE FROM metrics WHERE run_id = ?", (rec.id,))
+            db.execute("DELETE FROM artifacts WHERE run_id = ?", (rec.id,))
+            db.execute("DELETE FROM runs WHERE id = ?", (rec.id,))
+            db.execute("INSERT OR REPLACE INTO deleted_runs VALUES (?,?,?,?,?)",
+                       (rec.id, rec.experiment, time.time(), ledger_entry, reason))
+        shutil.rmtree(self.run_dir(rec.id), ignore_errors=True)
+
+    def deleted(self, run_id: str) -> "dict[str, Any] | None":
+        """The tombstone of a deleted run (``id, experiment, deleted, ledger_entry, reason``), or None."""
+        with self._db() as db:
+            row = db.execute("SELECT * FROM deleted_runs WHERE id = ?", (run_id,)).fetchone()
+        return dict(row) if row is not None else None
+
+    def _tombstone(self, ref: str) -> None:
+        gone = self.deleted(ref)
+        if gone is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(gone["deleted"]))
+            why = f" ({gone['reason']})" if gone["reason"] else ""
+            raise RunDeleted(f"run {ref} was deleted at {when}{why}",
+                             hint="the Notary's ledger keeps its evidence: `caramba notary log --subject " + ref + "`")
 
     def rewind(self, run_id: str, step: int) -> None:
         """Forget what a run recorded after ``step`` (a resumed run computes it again)."""
@@ -311,6 +396,9 @@ class RunStore:
         d = dict(row)
         d["config"] = json.loads(d["config"] or "{}")
         d["summary"] = json.loads(d["summary"] or "{}")
+        tags = json.loads(d.get("tags") or "[]")
+        d["tags"] = [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+        d["note"] = d.get("note") or ""
         if d["status"] in ("running", "created") and d.get("owner") and not _owner_alive(d["owner"], d.get("heartbeat"), time.time()):
             d["status"] = "interrupted"  # its process died: `caramba research resume` continues it
             d["error"] = d["error"] or f"the process running it ({d['owner']}) is gone"
@@ -333,12 +421,13 @@ class RunStore:
         if exact:
             return self._record(exact[0])
         if not rows:
+            self._tombstone(ref)
             raise RunNotFound(f"no run '{ref}' in {self.root}", hint="`caramba research status` lists the runs")
         if len(rows) > 1:
             raise RunNotFound(f"'{ref}' matches several runs: {', '.join(r['id'] for r in rows)}; give more of the ID")
         return self._record(rows[0])
 
-    def list(self, limit: int = 50, experiment: str | None = None, group_id: str | None = None) -> list[RunRecord]:
+    def list(self, limit: int = 50, experiment: str | None = None, group_id: str | None = None) -> "list[RunRecord]":
         q, args = "SELECT * FROM runs", []
         where = []
         if experiment:
@@ -387,6 +476,14 @@ class RunStore:
         # SQLite stores NaN as NULL: a diverged loss reads back as nan.
         return [(r[0], r[1], r[2], float("nan") if r[3] is None else r[3]) for r in rows]
 
+    def timed_series(self, run_id: str, name: str, split: str) -> list[tuple[int, float, float]]:
+        """``(step, value, time)`` of one metric in step order; ``time`` is when the row was
+        first logged (seconds since the epoch)."""
+        with self._db() as db:
+            rows = db.execute("SELECT step, value, time FROM metrics WHERE run_id = ? AND name = ? AND split = ?"
+                              " ORDER BY step, rowid", (run_id, name, split)).fetchall()
+        return [(r[0], float("nan") if r[1] is None else r[1], r[2]) for r in rows]
+
     def series(self, run_id: str, name: str, split: str) -> tuple[list[int], list[float]]:
         rows = self.metrics(run_id, name, split)
         return [r[0] for r in rows], [r[3] for r in rows]
@@ -424,6 +521,15 @@ class RunStore:
         with self._db() as db:
             db.execute("DELETE FROM artifacts WHERE run_id = ? AND name = ?", (run_id, name))
         (self.run_dir(run_id) / name).unlink(missing_ok=True)
+
+
+def check_tag(tag: Any) -> str:
+    """``tag`` if it is a valid tag, else ConfigError saying what a tag may hold."""
+    if not isinstance(tag, str) or not tag or len(tag) > MAX_TAG_CHARS or not _TAG.match(tag):
+        shown = repr(tag) if len(repr(tag)) <= 80 else repr(tag)[:77] + "..."
+        raise ConfigError(f"tag {shown} is not a tag: 1 to {MAX_TAG_CHARS} characters, letters, digits and "
+                          "- _ . : / + =, starting with a letter or digit", hint="e.g. baseline, lr-sweep, paper:fig2")
+    return tag
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -468,4 +574,4 @@ def open_runs(root: str | Path | None = None) -> RunStore:
     return RunStore(root)
 
 
-__all__ = ["Artifact", "RunNotFound", "RunRecord", "RunStore", "StoreUnavailable", "open_runs"]
+__all__ = ["Artifact", "RunDeleted", "RunNotFound", "RunRecord", "RunStore", "StoreUnavailable", "check_tag", "open_runs"]

@@ -31,6 +31,8 @@ SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token
 # tokenizer.json model types the `tokenizers` library reads.
 MODEL_TYPES = ("BPE", "WordPiece", "WordLevel", "Unigram")
 REPLACEMENT = "\ufffd"  # what a decoder writes for bytes that are not (yet) a whole UTF-8 character
+# The end-of-text token of a trained BPE (ID 0, its eos_token): GPT-2's text for it.
+END_OF_TEXT = "<|endoftext|>"
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte-fallback tokens
 
 
@@ -345,6 +347,19 @@ class Tokenizer(BaseTokenizer):
         """Write the ``tokenizer.json`` (the model only; not the config or template)."""
         self.backend.save(str(path))
 
+    def save_folder(self, folder: str | Path) -> None:
+        """Write ``tokenizer.json`` and a ``tokenizer_config.json`` with the special tokens (and
+        chat template) into ``folder`` (created if needed): ``load_tokenizer(folder)`` gives the
+        same IDs and the same ``eos_id``/``bos_id``/``pad_id``."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(out / "tokenizer.json"))
+        config: dict[str, Any] = dict(self.special_tokens)
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
+
 
 def _special(value: Any) -> str | None:
     # tokenizer_config.json writes a token as a string or as an AddedToken dict {"content": ...}
@@ -439,18 +454,25 @@ def tokenizer_from_files(files: Mapping[str, Path]) -> Tokenizer:
 def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
               special_tokens: Sequence[str] = ()) -> Tokenizer:
     """Train a byte-level BPE tokenizer (GPT-2's scheme: every byte is a token, so any text
-    encodes) on ``texts``; deterministic for the same texts and settings."""
+    encodes) on ``texts``; deterministic for the same texts and settings.
+
+    ID 0 is the end-of-text token ``<|endoftext|>`` (``END_OF_TEXT``; GPT-2's text), the
+    tokenizer's ``eos_token``, so ``eos_id == 0`` and generation stops there; ``special_tokens``
+    follow it (IDs 1, 2, ...), then the 256 bytes and the merges: ``vocab_size`` counts them all.
+    Where the training text contains ``<|endoftext|>`` (documents joined by it, as in GPT-2's
+    and TinyStories' files) it encodes as that one token, so a model learns where texts end."""
     tk = _need("tokenizers")
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
-    if vocab_size < 256 + len(special_tokens):
-        raise TokenizerError(f"a byte-level BPE vocab_size must be at least {256 + len(special_tokens)} "
-                             f"(256 bytes{' and the special tokens' if special_tokens else ''}), got {vocab_size}")
+    special = [END_OF_TEXT, *dict.fromkeys(t for t in special_tokens if t != END_OF_TEXT)]
+    if vocab_size < 256 + len(special):
+        raise TokenizerError(f"a byte-level BPE vocab_size must be at least {256 + len(special)} "
+                             f"(256 bytes and {len(special)} special token{'s' if len(special) > 1 else ''}: "
+                             f"{', '.join(special)}), got {vocab_size}")
     backend = tk.Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=list(special_tokens))
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=special)
     backend.train_from_iterator(texts, trainer)
-    return Tokenizer(backend, source="trained byte-level BPE")
+    return Tokenizer(backend, {"eos_token": END_OF_TEXT}, source="trained byte-level BPE")

@@ -22,7 +22,7 @@ import numpy as np
 from caramba import ops
 from caramba.errors import ConfigError
 from caramba.ir.dtypes import DType
-from caramba.ir.graph import Graph, Value
+from caramba.ir.graph import Graph, Origin, Value, origin_scope
 from caramba.ops import train as rules
 from caramba.train.clip import clip_by_global_norm, sum_of_squares
 from caramba.train.schedules import Schedule, as_schedule
@@ -95,6 +95,9 @@ class Optimizer:
         if not isinstance(fused, bool):
             raise ConfigError(f"fused must be true or false, got {fused!r}")
         self.fused = fused
+        # where the parts of the update were asked for ("schedule", "clip", "update"): the nodes
+        # they emit carry it, so an error about one names that manifest line
+        self.origins: dict[str, Origin] = {}
 
     @property
     def op(self) -> str:
@@ -142,16 +145,21 @@ class Optimizer:
         report: dict[str, Value] = {}
         by_dtype: dict[DType, Value] = {}
         scale: Value | None = None
+        at = self.origins.get
         if self.clip_norm is not None and grads:
-            scale, norm = clip_by_global_norm(list(grads.values()), self.clip_norm)
+            with origin_scope(at("clip")):
+                scale, norm = clip_by_global_norm(list(grads.values()), self.clip_norm)
             report["grad_norm"] = norm
         for name, p in params.items():
             d = p.dtype
             if d not in by_dtype:
-                by_dtype[d] = self.schedule(step, d)
+                with origin_scope(at("schedule")):
+                    by_dtype[d] = self.schedule(step, d)
             lr = by_dtype[d]
-            gs = graph.constant(np.ones((), dtype=d.numpy)) if scale is None else (scale if scale.dtype == d else ops.cast(scale, dtype=d))
-            new_p, new_slots = self.apply_single(grads[name], p, self.init_single(graph, name, p), lr=lr, grad_scale=gs, step=step)
+            with origin_scope(at("update")):
+                gs = graph.constant(np.ones((), dtype=d.numpy)) if scale is None else (scale if scale.dtype == d else ops.cast(scale, dtype=d))
+                new_p, new_slots = self.apply_single(grads[name], p, self.init_single(graph, name, p), lr=lr, grad_scale=gs,
+                                                     step=step)
             graph.write(name, new_p)
             for s, v in new_slots.items():
                 graph.write(self.state_name(s, name), v)

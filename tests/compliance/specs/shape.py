@@ -278,6 +278,8 @@ def _scatter_cases():
         ((3, 5, 7), (4,), -1, 0, 6, I32),
         ((4, 3), (0,), 0, 0, 3, I64),
         ((64,), (1024,), 0, -64, 63, I64),
+        ((5,), (), 0, -5, 4, I64),  # a 0-d index (the gradient of a gather with one): a 0-d update
+        ((3, 4), (), 1, -4, 3, I64),
     ):
         ax = axis % len(xs)
         ushape = xs[:ax] + ishape + xs[ax + 1 :]

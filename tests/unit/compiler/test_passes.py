@@ -24,7 +24,9 @@ CAPS = cpu_capabilities(fusion=False)
 
 
 def _ctx(g, caps=CAPS):
-    return PassContext(caps, "cpu", tuple(g.outputs))
+    from caramba.backends.cpu.fold import evaluate  # what a cpu runner hands the pipeline
+
+    return PassContext(caps, "cpu", tuple(g.outputs), evaluate=evaluate)
 
 
 def _ops(g):
@@ -268,3 +270,22 @@ def test_schedule_lowers_peak_memory_when_it_can():
     sched = ctx.artifacts["schedule"]
     assert res.changed and sched.peak_after < sched.peak_before
     ir.verify(res.graph)
+
+
+def test_the_compiler_imports_no_backend_and_folds_with_the_runners_evaluator():
+    """Layering: constant folding evaluates through ``PassContext.evaluate`` (a runner's
+    ``evaluate_constant``); without one nothing is folded, and importing the compiler loads no
+    backend module."""
+    import subprocess
+    import sys
+
+    code = ("import sys, caramba.compiler, caramba.compiler.pipeline, caramba.compiler.canonicalize; "
+            "print([m for m in sys.modules if m.startswith('caramba.backends')])")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    with caramba.Graph("fold") as g:
+        x = g.input("x", (2,))
+        g.output("y", x + ops.exp(g.constant(np.array([0.0, 1.0]))))
+    folded = canonicalize(g, _ctx(g)).graph
+    assert "math.exp" not in _ops(folded)
+    unfolded = canonicalize(g, PassContext(CAPS, "cpu", tuple(g.outputs))).graph
+    assert "math.exp" in _ops(unfolded)

@@ -1,10 +1,16 @@
-"""The example's samples are recognisable digits: a caramba-trained classifier is confident on them.
+"""The example's samples are recognisable digits: caramba-trained classifiers are confident on
+them and far less so on noise.
 
-Slow (about 2 minutes on 2 cores: the example's full training run and the classifier's), so it
-is marked ``slow``; docs/training.md ("Diffusion") records the numbers it measures.
+Slow (about 2.5 minutes alone on 2 cores: the example's full training run and two classifiers'),
+so it is marked ``slow``; docs/training.md ("Diffusion") records the numbers it measures.
+
+The training budget is checked on the CPU time the run took (this process and its children):
+the example trains on one BLAS thread (``cpu:threads=1``), so that is the time it takes on an
+idle core, where wall-clock time on a shared machine also counts the other jobs. Both are printed.
 """
 
 import importlib.util
+import os
 import time
 from pathlib import Path
 
@@ -18,11 +24,15 @@ from caramba.store import RunStore
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TRAIN_BUDGET_S = 180  # the example must train in under 3 minutes on 2 cores
 MIN_CONFIDENCE = 0.8
+CLASSIFIERS = ("digits_mlp", "digits_cnn")
+# How far below the samples' confidence uniform noise must score: the MLP classifier is
+# overconfident on anything (0.73 on noise), the CNN is not (0.52); docs/training.md has both.
+MIN_GAP = {"digits_mlp": 0.05, "digits_cnn": 0.25}
 
 
 def classifier_confidence(run, images: np.ndarray, backend: str = "cpu") -> tuple[float, np.ndarray]:
     """(mean top-class softmax probability, predicted classes) of a classifier run (a ``TrainedRun``
-    of examples/digits_mlp.yml) on ``images`` [n, 64] in [0, 1]."""
+    of examples/digits_mlp.yml or digits_cnn.yml) on ``images`` [n, 64] in [0, 1]."""
     from caramba import compute
 
     x = np.asarray(images, np.float64).reshape(len(images), -1)
@@ -31,7 +41,9 @@ def classifier_confidence(run, images: np.ndarray, backend: str = "cpu") -> tupl
     try:
         for name, spec in low.params.items():
             runner.state[name] = runner.upload(np.asarray(run.params[name]), spec.dtype)
-        feed = {k: runner.upload(x if k == "x" else np.zeros(t.shape, t.dtype.numpy)) for k, t in low.inputs.items()}
+        # the one image input ([n, 64] or [n, 1, 8, 8]) gets the pixels; the label input zeros
+        feed = {k: runner.upload(np.zeros(t.shape, t.dtype.numpy) if t.dtype.numpy.kind in "iu"
+                                 else x.reshape(t.shape).astype(t.dtype.numpy)) for k, t in low.inputs.items()}
         logits = runner.compile(low.graph).run(feed)["logits"].download()
     finally:
         runner.close()
@@ -40,24 +52,34 @@ def classifier_confidence(run, images: np.ndarray, backend: str = "cpu") -> tupl
     return float(p.max(axis=1).mean()), p.argmax(axis=1)
 
 
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="needs scikit-learn (caramba[data])")
 def test_example_samples_are_recognisable_digits(tmp_path):
     store = RunStore(tmp_path)
-    clf = run_experiment(EXAMPLES / "digits_mlp.yml", store=store)
-    assert clf.ok
-    t0 = time.perf_counter()
+    classifiers = {}
+    for name in CLASSIFIERS:
+        res = run_experiment(EXAMPLES / f"{name}.yml", store=store)
+        assert res.ok, [r.error for r in res.runs]
+        classifiers[name] = load_run(res.runs[0].run_id, store)
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     res = run_experiment(EXAMPLES / "digits_diffusion.yml", store=store)
-    seconds = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu_seconds() - c0
     assert res.ok, [r.error for r in res.runs]
-    assert seconds < TRAIN_BUDGET_S, seconds
-    classifier = load_run(clf.runs[0].run_id, store)
+    print(f"training: {cpu:.0f} s of CPU time, {wall:.0f} s wall-clock")
+    assert cpu < TRAIN_BUDGET_S, cpu
     run = load_run(res.runs[0].run_id, store)
     samples = sample(find_denoiser(run.prep), run.params, n=256, seed=0)
-    score, classes = classifier_confidence(classifier, samples)
-    noise, _ = classifier_confidence(classifier, np.random.default_rng(0).random((256, 64)))
-    print(f"train {seconds:.0f} s; classifier confidence: samples {score:.3f}, uniform noise {noise:.3f}; "
-          f"classes {np.bincount(classes, minlength=10).tolist()}")
-    assert score >= MIN_CONFIDENCE
-    assert score - noise >= 0.05
-    assert len(set(classes.tolist())) >= 8  # not one memorised digit
+    uniform = np.random.default_rng(0).random((256, 64))
+    for name, clf in classifiers.items():
+        score, classes = classifier_confidence(clf, samples)
+        noise, _ = classifier_confidence(clf, uniform)
+        print(f"{name}: samples {score:.3f}, uniform noise {noise:.3f}; "
+              f"classes {np.bincount(classes, minlength=10).tolist()}")
+        assert score >= MIN_CONFIDENCE, name
+        assert score - noise >= MIN_GAP[name], name
+        assert len(set(classes.tolist())) >= 8, name  # not one memorised digit

@@ -14,7 +14,15 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yml")), ids=lambda p: p.name)
+# examples/*.yml, and examples/<name>/manifest.yml: an example with files of its own (an assets/ folder)
+MANIFESTS = sorted(EXAMPLES.glob("*.yml")) + sorted(EXAMPLES.glob("*/manifest.yml"))
+
+
+def test_examples_in_folders_are_found():
+    assert EXAMPLES / "own_block" / "manifest.yml" in MANIFESTS
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_every_example_manifest_validates(path):
     if "digits" in path.name and not HAVE_SKLEARN:
         pytest.skip("scikit-learn is not installed (pip install 'caramba[data]')")

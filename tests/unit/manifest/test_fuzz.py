@@ -70,6 +70,9 @@ RUN_MAX_RUNS = 4
 # values were valid, the arithmetic diverged. Counted and reported, not a validation miss.
 DIVERGED = re.compile(r"the loss became|invariant finite_metrics: metric '[\w.]+' is (nan|-?inf)")
 TOO_BIG_HERE = re.compile(r"^ResourceError: the compiled graph needs [\d.]+ GiB of working memory")
+# A statistical estimator whose mutated data admit no unique solution (a collinear design): like a
+# diverged loss, a property of the numbers that only running finds, reported by the run as such.
+NO_ESTIMATE = re.compile(r"^EstimationError: causal\.\w+ \(node \w+\): Singular matrix")
 
 # ---- text fuzzers of the loader ------------------------------------------------------------
 
@@ -133,8 +136,9 @@ def seed_manifests() -> list[Seed]:
     from caramba.manifest.registry import asset_root, registry, template_text
 
     out = []
-    for path in sorted((REPO / "examples").glob("*.yml")):
-        out.append(Seed(path.name, path.read_text(encoding="utf-8"), str(path), str(path.parent)))
+    examples = REPO / "examples"  # examples/*.yml and examples/<name>/manifest.yml (with its assets/ folder)
+    for path in sorted(examples.glob("*.yml")) + sorted(examples.glob("*/manifest.yml")):
+        out.append(Seed(str(path.relative_to(examples)), path.read_text(encoding="utf-8"), str(path), str(path.parent)))
     for asset in registry().list("manifest"):
         out.append(Seed(asset.op, template_text(asset), asset.file, str(asset_root())))
     here = Path(__file__).parent
@@ -735,6 +739,8 @@ def run_sample(rep: Report, count: int, seed: int) -> tuple[int, list[str], dict
                 left_out["ran and diverged"] = left_out.get("ran and diverged", 0) + 1
             elif a["status"] == "ok" and bad and all(TOO_BIG_HERE.search(e) for e in bad):
                 left_out["too big for this host"] = left_out.get("too big for this host", 0) + 1
+            elif a["status"] == "ok" and bad and all(NO_ESTIMATE.search(e) for e in bad):
+                left_out["the data admit no estimate"] = left_out.get("the data admit no estimate", 0) + 1
             elif a["status"] != "ok" or bad:
                 errs = a.get("message") or "; ".join(bad)
                 failures.append(f"{m.seed.name} after {m.ops} {m.overrides}: {a['status']}: {errs[:400]}")
@@ -749,6 +755,7 @@ def run_sample(rep: Report, count: int, seed: int) -> tuple[int, list[str], dict
 def test_seed_manifests_are_found():
     names = [s.name for s in seed_manifests()]
     assert "digits_mlp.yml" in names and "manifest.train" in names and any(n.startswith("test_experiment.py:") for n in names)
+    assert "own_block/manifest.yml" in names  # an example in a folder of its own (with its assets/)
 
 
 def _assert_clean(rep: Report) -> None:

@@ -96,7 +96,7 @@ topology:
     low = lower(text)
     assert low.graph.type_of(low.graph.outputs["s"]).shape == (2, 3)
     with pytest.raises(ManifestError, match=r"produces 2 output\(s\), but `out` names 3"):
-        lower(text.replace("[a, b]", "[a, b, c]"))
+        lower(text.replace("out: [a, b]", "out: [a, b, c]"))
 
 
 def test_tied_embeddings_share_one_parameter():

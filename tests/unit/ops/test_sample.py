@@ -18,6 +18,8 @@ from caramba.compute import build_info, new
 from caramba.errors import GraphError, UnsupportedOperation
 from caramba.ops import sample
 
+from .research_helpers import runner
+
 GOLDEN, MIX1, MIX2, U64 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
 
 SETTINGS = {
@@ -31,16 +33,6 @@ SETTINGS = {
     "t1.3-p0.8-minp0.05": {"temperature": 1.3, "top_p": 0.8, "min_p": 0.05},
     "all": {"repetition_penalty": 1.3, "temperature": 0.7, "top_k": 20, "top_p": 0.9, "min_p": 0.02},
 }
-RUNNERS: dict[str, object] = {}
-
-
-def runner(name: str):
-    info = build_info(name)
-    if not info.available:
-        pytest.skip(f"{name} unavailable: {info.reason}")
-    if name not in RUNNERS:
-        RUNNERS[name] = new(name)
-    return RUNNERS[name]
 
 
 EXES: dict[tuple, object] = {}

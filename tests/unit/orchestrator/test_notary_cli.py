@@ -31,6 +31,10 @@ def test_notary_commands_read_the_cluster_ledger_and_see_tampering(tmp_path):
     res = RUN.invoke(app, ["notary", "audit", seq, "--store", store])
     assert res.exit_code == 0, res.output
     assert "VERIFIED" in res.output and "evidence:" in res.output
+    for unknown in ("deadbeef00", "#99999"):  # an entry that is not there: one clear error, not "#-1 ?"
+        res = RUN.invoke(app, ["notary", "audit", unknown, "--store", store])
+        assert res.exit_code != 0 and f"no entry '{unknown}' in the ledger" in str(res.exception), res.output
+        assert "#-1" not in str(res.exception) + res.output
 
     # edit a recorded row behind the Notary's back: verify and audit say so, naming the entry
     db = sqlite3.connect(tmp_path / "store" / "cluster" / "notary" / "ledger.sqlite")

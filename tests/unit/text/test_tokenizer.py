@@ -294,8 +294,8 @@ def test_char_tokenizer_is_the_text_datasets_vocabulary():
 def test_train_bpe_is_deterministic_and_checks_its_size():
     a, b = (train_bpe([REFERENCE[:20000]], 300) for _ in range(2))
     assert a.backend.to_str() == b.backend.to_str() and a.vocab_size == 300
-    with pytest.raises(TokenizerError, match="at least 256"):
-        train_bpe(["x"], 100)
+    with pytest.raises(TokenizerError, match="at least 257"):  # 256 bytes and <|endoftext|>
+        train_bpe(["x"], 256)
 
 
 # ---- the text dataset's `tokenizer:` option ---------------------------------------------------
@@ -354,20 +354,49 @@ def test_text_dataset_tokenizer_errors(tmp_path, folders):
     (tmp_path / "m.yml").write_text(MANIFEST.format(tokenizer="{path: nowhere/tokenizer.json}"))
     with pytest.raises(ManifestError, match="dataset 'text': tokenizer: no tokenizer at") as e:
         prepare(tmp_path / "m.yml")
-    assert e.value.line == 12  # the dataset's entry (its first key)
+    assert e.value.line == 16  # the `tokenizer:` line, not the dataset's entry (line 12)
     (tmp_path / "m.yml").write_text(MANIFEST.format(tokenizer="{type: bpe}"))
     with pytest.raises(ManifestError, match="needs `vocab_size`") as e:
         prepare(tmp_path / "m.yml")
     assert e.value.line == 16
     (tmp_path / "m.yml").write_text(MANIFEST.format(tokenizer="{type: bpe, vocab_size: 400}"))
-    with pytest.raises(ManifestError, match="vocab_size 320 is smaller than the tokenizer's vocab_size 400"):
+    with pytest.raises(ManifestError, match="vocab_size 320 is smaller than the tokenizer's vocab_size 400") as e:
         prepare(tmp_path / "m.yml")
+    assert e.value.line == 16
     (tmp_path / "m.yml").write_text(MANIFEST.format(tokenizer="{path: t.json, vocab_size: 300}"))
-    with pytest.raises(ManifestError, match="drop them with `path:`"):
+    with pytest.raises(ManifestError, match="drop them with `path:`") as e:
         prepare(tmp_path / "m.yml")
+    assert e.value.line == 16
     (tmp_path / "m.yml").write_text(MANIFEST.format(tokenizer=f"{{path: {folders['wordpiece']}}}"))
-    with pytest.raises(ManifestError, match="its tokenizer has 500 tokens, more than vocab_size 320"):
+    with pytest.raises(ManifestError, match="its tokenizer has 500 tokens, more than vocab_size 320") as e:
         prepare(tmp_path / "m.yml")
+    assert e.value.line == 16
+
+
+BLOCK = MANIFEST.replace("    tokenizer: {tokenizer}\n", "    tokenizer:\n{tokenizer}\n")  # keys on lines 17, 18
+
+
+@pytest.mark.parametrize("tokenizer, line, words", [
+    ("      type: bpe\n      vocab_size: 256", 18, "greater than or equal to 257"),  # 256 bytes and <|endoftext|>
+    ("      type: bpe\n      vocab_size: 400", 17, "smaller than the tokenizer's vocab_size 400"),
+    ("      type: bpe", 17, "needs `vocab_size`"),
+    ("      path: nowhere/tokenizer.json", 17, "tokenizer: no tokenizer at"),
+    ("      path: corpus.txt", 17, "tokenizer: corpus.txt is not JSON"),
+])
+def test_tokenizer_errors_point_at_the_tokenizer_lines(tmp_path, tokenizer, line, words):
+    """Regression: errors found while loading or training the tokenizer pointed at the dataset's
+    entry (line 11); they point at the `tokenizer:` key's lines, as the schema's own errors do."""
+    from caramba.manifest import ManifestError
+    from caramba.manifest.compile import prepare
+
+    (tmp_path / "corpus.txt").write_text(REFERENCE[:3000])
+    text = BLOCK.format(tokenizer=tokenizer)
+    assert text.splitlines()[15] == "    tokenizer:" and text.splitlines()[10] == "  text:"
+    (tmp_path / "m.yml").write_text(text)
+    with pytest.raises(ManifestError, match=words) as e:
+        prepare(tmp_path / "m.yml")
+    assert (e.value.line, e.value.path) == (line, "datasets.text.tokenizer" + ".path" * ("path:" in tokenizer)
+                                            + ".vocab_size" * (line == 18))
 
 
 def test_text_dataset_tokenizer_path_obeys_the_data_roots(tmp_path, folders):
@@ -392,3 +421,38 @@ def test_text_dataset_without_tokenizer_is_unchanged(tmp_path):
     assert isinstance(d.tokenizer, CharTokenizer) and d.tokenizer.vocab == d.vocab == ["a", "b", "c", "d"]
     assert list(d.info) == ["description", "source", "vocab_size", "context", "characters", "unigram_test_loss"]
     assert d.decode(d.streams["train"][:9]) == "abcabcabd" and d.tokenizer.encode("abd") == [0, 1, 3]
+
+
+# ---- the end-of-text token of a trained BPE -----------------------------------------------------
+
+
+def test_trained_bpe_has_an_end_of_text_token(tmp_path):
+    """Regression: train_bpe made no special token, so a BPE-trained run had no eos_id and
+    generation never stopped. ID 0 is now <|endoftext|>, the eos_token; transformers reads the
+    saved folder the same way."""
+    transformers = pytest.importorskip("transformers")
+    docs = [REFERENCE[i : i + 400] for i in range(0, 8000, 400)]
+    tok = train_bpe(["<|endoftext|>".join(docs)], 320, special_tokens=["<|user|>", "<|endoftext|>"])
+    assert tok.eos_id == 0 and tok.id_to_token(0) == "<|endoftext|>" and tok.token_to_id("<|user|>") == 1
+    assert tok.bos_id is None and tok.pad_id is None and tok.vocab_size == 320
+    ids = tok.encode(docs[0] + "<|endoftext|>" + docs[1])
+    assert ids.count(0) == 1 and tok.decode(ids) == docs[0] + "<|endoftext|>" + docs[1]
+    assert tok.decode(ids, skip_special_tokens=True) == docs[0] + docs[1]
+    assert "".join(_stream(tok, ids)) == tok.decode(ids)
+    tok.save_folder(tmp_path / "tok")
+    again = load_tokenizer(tmp_path / "tok")
+    assert again.eos_id == 0 and again.encode(MULTI + "<|endoftext|>") == tok.encode(MULTI + "<|endoftext|>")
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))
+    assert fast.eos_token == "<|endoftext|>" and fast.eos_token_id == 0
+    assert fast.encode(docs[2] + "<|endoftext|>", add_special_tokens=False) == tok.encode(docs[2] + "<|endoftext|>")
+
+
+def test_text_dataset_bpe_keeps_document_ends_as_the_eos_token(tmp_path):
+    docs = [REFERENCE[i : i + 300] for i in range(0, 6000, 300)]
+    (tmp_path / "c.txt").write_text("<|endoftext|>".join(docs) + "<|endoftext|>", encoding="utf-8")
+    spec = {"source": "text", "path": "c.txt", "context": 8, "split": {"train": 1.0, "val": 0.0, "test": 0.0},
+            "tokenizer": {"type": "bpe", "vocab_size": 300}}
+    ds = load_dataset("t", spec, tmp_path)
+    assert ds.tokenizer.eos_id == 0 and ds.vocab[0] == "<|endoftext|>"
+    stream = ds.streams["train"]
+    assert int((stream == 0).sum()) == len(docs) and stream[-1] == 0

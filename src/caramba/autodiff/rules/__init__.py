@@ -30,7 +30,23 @@ def rule(op_id: str) -> Callable[[Rule], Rule]:
 
 
 def _load() -> None:
-    from caramba.autodiff.rules import activation, attention, linalg, math, nn, reduce, shape, train
+    from caramba.autodiff.rules import (  # fft, hawkes, vsa: the research families
+        activation,
+        active_inference,
+        attention,
+        causal,
+        fft,
+        hawkes,
+        linalg,
+        markov_blanket,
+        math,
+        nn,
+        predictive_coding,
+        reduce,
+        shape,
+        train,
+        vsa,
+    )
 
 
 _load()

@@ -35,6 +35,9 @@ def build_info() -> BuildInfo:
 
 
 def create(options: dict) -> "CpuRunner":  # noqa: F821
+    from caramba.backends.cpu import tuning
     from caramba.backends.cpu.runner import CpuRunner
+
+    tuning.activate()  # this machine's stored size settings (caramba backends --tune), once per process
 
     return CpuRunner(threads=options.get("threads"), debug=options.get("debug", False))

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from caramba.compiler.schedule import matmul_flops
 from caramba.ir.dtypes import DType
+from caramba.ops.cost import matmul_flops
 
 # Below this many flops (2*M*N*K over the batch) a product runs on one BLAS thread.
 SMALL_FLOPS = 3.0e7

@@ -228,8 +228,7 @@ _dgemm = _gemm_intrinsic(llir.DoubleType())
 _sgemm = _gemm_intrinsic(llir.FloatType())
 
 
-@cfunc(BLOCK_SIG, cache=True)
-def gemm_block(a, lo, hi):
+def _gemm_block(a, lo, hi):
     """Rows lo..hi of C = A @ B (one BLAS call), then the epilogue block on them, if any."""
     if hi > lo:
         size = a[G_SIZE]
@@ -245,6 +244,19 @@ def gemm_block(a, lo, hi):
                    rows_c, a[G_LDC])
     if a[G_EPI] != 0:
         _call_block(a[G_EPI], a[G_EPI_ARGS], lo, hi)
+
+
+@functools.cache
+def _compiled_gemm_block() -> Any:
+    return cfunc(BLOCK_SIG, cache=True)(_gemm_block)
+
+
+def __getattr__(name: str) -> Any:
+    """``gemm_block``, the row-block product as a C function, compiled (or loaded from the disk
+    cache) on first use rather than at import: a ``cfunc`` compiles when it is defined."""
+    if name == "gemm_block":
+        return _compiled_gemm_block()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @njit(cache=True)

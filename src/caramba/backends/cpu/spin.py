@@ -13,9 +13,14 @@ import platform
 import time
 
 import numpy as np
-from llvmlite import ir as llir
-from numba import njit, types
-from numba.extending import intrinsic
+
+from caramba.backends.cpu import jitcache
+
+jitcache.setup()  # Numba's disk cache in the user cache, before any cached function is defined
+
+from llvmlite import ir as llir  # noqa: E402
+from numba import njit, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 
 @intrinsic

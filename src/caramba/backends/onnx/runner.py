@@ -20,7 +20,6 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 import onnxruntime as ort
 
 from caramba.backends.onnx.capabilities import onnx_capabilities
-from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.spare import Spare
 from caramba.compute.tensor import Tensor
@@ -28,6 +27,7 @@ from caramba.errors import BackendUnavailable, CarambaError, UnsupportedOperatio
 from caramba.ir.dtypes import DType
 from caramba.ir.graph import Graph
 from caramba.onnx.export import ORT_CPU, export_graph
+from caramba.ops.cost import graph_flops
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 LEVELS = {
@@ -38,7 +38,7 @@ LEVELS = {
 }
 
 
-SMALL_WORK = 1 << 19  # flops (compiler.schedule.graph_flops) below which a session runs single-threaded
+SMALL_WORK = 1 << 19  # flops (ops.cost.graph_flops) below which a session runs single-threaded
 
 
 class KernelFailed(CarambaError):

@@ -728,5 +728,9 @@ def _rope(node, ins, ctx):
 
 __all__ = ["DTYPES", "INTS", "RULES", "TraceContext", "rule"]
 
+from caramba.backends.xla import active_inference as _active_inference  # noqa: E402,F401  (+ markov_blanket.*)
+from caramba.backends.xla import causal as _causal  # noqa: E402,F401  (registers causal.*)
+from caramba.backends.xla import predictive_coding as _predictive_coding  # noqa: E402,F401  (registers predictive_coding.*)
+from caramba.backends.xla import research as _research  # noqa: E402,F401  (registers fft.*, vsa.*, hawkes.*)
 from caramba.backends.xla import sample as _sample  # noqa: E402,F401  (registers sample.token)
 from caramba.backends.xla import train as _train  # noqa: E402,F401  (registers the train.* rules)

@@ -22,13 +22,13 @@ import numpy as np
 
 from caramba.backends.xla.capabilities import xla_capabilities
 from caramba.backends.xla.lowering import RULES, TraceContext
-from caramba.compiler.schedule import graph_flops
 from caramba.compute.runner import Executable, Runner
 from caramba.compute.tensor import Tensor
 from caramba.errors import BackendUnavailable, CarambaError, StateError
 from caramba.ir.dtypes import DType
 from caramba.ir.dtypes import dtype as as_dtype
 from caramba.ir.graph import Graph, Ref
+from caramba.ops.cost import graph_flops
 
 _DEAD = weakref.ref(set())  # a reference to nothing: never the tensor at hand
 
@@ -208,7 +208,7 @@ class _Core:
         return self._function(*args)[-1]
 
 
-SMALL_WORK = 1 << 17  # flops (compiler.schedule.graph_flops) below which a graph is compiled at XLA's -O0
+SMALL_WORK = 1 << 17  # flops (ops.cost.graph_flops) below which a graph is compiled at XLA's -O0
 SMALL_OPTIONS = {"xla_backend_optimization_level": 0}
 
 

@@ -163,6 +163,14 @@ _reg("shape.gather", lambda op, d: [
 _reg("shape.scatter_add", lambda op, d: [
     graph(f"scatter-{d.short}", d, [((4, 5), None, A), ((6,), I64, (-5, 4)), ((4, 6), None, A)], lambda x, i, u: ops.scatter_add(x, i, u, axis=1)),
 ])
+_reg("shape.slice_rows", lambda op, d: [
+    graph(f"slice-rows-{d.short}", d, [((2, 3, 8, 4), None, A), ((2,), I64, (0, 5))],
+          lambda x, s: ops.slice_rows(x, s, axis=2, size=3)),
+])
+_reg("shape.update_rows", lambda op, d: [
+    graph(f"update-rows-{d.short}", d, [((2, 3, 8, 4), None, A), ((2, 3, 3, 4), None, A), ((2,), I32, (0, 5))],
+          lambda x, u, s: ops.update_rows(x, u, s, axis=2)),
+])
 _reg("shape.iota", lambda op, d: [graph(f"iota-{d.short}", d, [((1,), F32, A)], lambda x: ops.iota(shape=(3, 4), axis=1, dtype=d))])
 _reg("shape.upsample_nearest", lambda op, d: [graph(f"upsample-{d.short}", d, [((2, 3, 4), None, A)], lambda x: ops.upsample_nearest(x, scales=(2, 3)))])
 _reg("shape.view_as_heads", lambda op, d: [graph(f"heads-{d.short}", d, [((2, 3, 8), None, A)], lambda x: ops.view_as_heads(x, num_heads=2))])

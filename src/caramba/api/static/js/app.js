@@ -3,6 +3,7 @@
 import { ApiError, get, getToken, post, setToken, streamGenerate, streamMetrics } from "./api.js";
 import { fmt, LineChart } from "./chart.js";
 import { badge, errorList, h, svgNode, table, when } from "./dom.js";
+import { armsPanel, runsView } from "./runs.js";
 
 const view = document.getElementById("view");
 const ACTIVE = new Set(["created", "running", "paused"]);
@@ -203,7 +204,7 @@ async function experimentView(name) {
   const my = newScope();
   const box = h("section", {});
   const chartBox = h("section", { class: "panel" });
-  show(h("h1", {}, "Experiment ", h("code", {}, name)), chartBox, box);
+  show(h("h1", {}, "Experiment ", h("code", {}, name)), armsPanel(name), chartBox, box);
   let compare = null;
   const refresh = async () => {
     try {
@@ -276,6 +277,14 @@ async function runView(id) {
     show(failure(err));
     return;
   }
+  let bar = null; // the progress bar: metrics rows move it between status events
+  const advance = (step) => {
+    if (!run || !bar || !(step > (run.step || 0))) return;
+    run = { ...run, step: Math.min(step, run.steps || step) };
+    const next = progress(run);
+    bar.replaceWith(next);
+    bar = next;
+  };
   const paint = (r) => {
     run = r;
     const act = (verb) => async () => {
@@ -286,7 +295,8 @@ async function runView(id) {
       }
     };
     const running = r.status === "running";
-    head.replaceChildren(badge(r.status), " ", progress(r), " ",
+    bar = progress(r);
+    head.replaceChildren(badge(r.status), " ", bar, " ",
       h("button", { type: "button", id: "pause-button", disabled: !running, onclick: act("pause") }, "Pause"),
       h("button", { type: "button", id: "resume-button", disabled: r.status !== "paused" && r.status !== "interrupted", onclick: act("resume") },
         "Resume"),
@@ -324,6 +334,7 @@ async function runView(id) {
         const [name, split] = key.split("\u0000");
         chartFor(name).append(split, pts);
       }
+      advance(Math.max(...points.filter((p) => p.split === "train").map((p) => p.step)));
     },
     onStatus: (r) => paint(r),
     onEnd: (r) => {
@@ -460,6 +471,13 @@ async function backendsView() {
   }
 }
 
+// The trained model of a run, exported by the server (GET /runs/{id}/export; `caramba export` on the CLI).
+function exportLinks(runId) {
+  const url = (fmt) => `/api/v1/runs/${encodeURIComponent(runId)}/export?format=${fmt}`;
+  return [h("a", { href: url("onnx"), download: "" }, "ONNX"), " · ",
+    h("a", { href: url("safetensors"), download: "" }, "safetensors")];
+}
+
 async function modelsView(name) {
   newScope();
   try {
@@ -469,7 +487,8 @@ async function modelsView(name) {
         table([
           { title: "version", cell: (v) => String(v.version) },
           { title: "parent", cell: (v) => (v.parent === null ? "—" : String(v.parent)) },
-          { title: "run", cell: (v) => v.run_id || "—" },
+          { title: "run", cell: (v) => (v.run_id ? runLink({ id: v.run_id }) : "—") },
+          { title: "download", cell: (v) => (v.run_id ? exportLinks(v.run_id) : "—") },
           { title: "metrics", cell: (v) => Object.entries(v.metrics || {}).map(([k, x]) => `${k} ${fmt(x)}`).join(", ") },
           { title: "claim", cell: (v) => h("a", { href: `#/notary?entry=${v.claim}` }, h("code", {}, v.claim.slice(0, 12))) },
           { title: "committed", cell: (v) => when(v.time) },
@@ -607,6 +626,7 @@ const ROUTES = [
   [/^\/notary(?:\?(.*))?$/, "notary", (m) => notaryView(m[1])],
   [/^\/generate$/, "generate", () => generateView()],
 ];
+ROUTES.unshift([/^\/runs(?:\?(.*))?$/, "runs", (m) => runsView({ newScope, show }, m[1])]); // the runs table (compare)
 
 function route() {
   let hash = location.hash.replace(/^#/, "");

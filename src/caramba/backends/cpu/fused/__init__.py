@@ -89,7 +89,9 @@ def _load(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: 
     arrays = [*in_types, *out_types]
     source = kernel.source + (codegen.native_wrappers(arrays) if native else "")
     fn = jit.load(source, kernel.name)
-    args = [jit.array_type(t, c, ro) for t, (c, ro) in zip(in_types, hints, strict=True)]
+    # inputs typed read-only whatever the hint: kernels never write them, and writable arrays
+    # run the same code (jit.specialize shares it), so fresh and stepped state compile once
+    args = [jit.array_type(t, c, True) for t, (c, _ro) in zip(in_types, hints, strict=True)]
     args += [jit.array_type(t) for t in out_types]
     if kernel.split:
         args += [jit.index_type()] * 2
@@ -198,15 +200,23 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     bias = ins[2] if len(ins) == 3 else None
     expr = epilogue(node.attrs["activation"], bias)
     blocked = blas.row_blocked(x_t.shape, w_t.shape, out_t.shape)
+    # an addend of more than one axis (a residual fused as the bias) is taken as [rows, N] rows
+    # too when it has the output's shape; one that broadcasts over leading axes is not split
+    full_bias = bias is not None and bias.rank > 1
+    if blocked is not None and full_bias and bias.shape != out_t.shape:
+        blocked = None
     if blocked is not None:
         rows, run, native_rows = blocked
         flat = ValueType((rows, out_t.shape[-1]), out_t.dtype)
-        epi_ins = [flat] + ([bias] if bias is not None else [])
+        epi_ins = [flat] + ([flat if full_bias else bias] if bias is not None else [])
         k = codegen.elementwise(expr, epi_ins, flat, what="fused.linear epilogue", in_place=True, split=True)
-        epi, native = _load(k, epi_ins[1:], [flat], [hints[2]] if bias is not None else [], native_rows)
+        bias_hint = [(True, hints[2][1]) if full_bias else hints[2]] if bias is not None else []
+        epi, native = _load(k, epi_ins[1:], [flat], bias_hint, native_rows)
 
         def linear(x, w, *rest):
             b = rest[:-1]
+            if full_bias:
+                b = (np.ascontiguousarray(b[0]).reshape(rows, -1),)
             after = None if native is None else lambda out2: _native_after(native, b, out2)
             run(x, w, rest[-1], lambda out2, lo, hi: epi(*b, out2, lo, hi), after)
 

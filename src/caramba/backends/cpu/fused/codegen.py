@@ -32,7 +32,7 @@ from caramba.ops.fused import Expr, Step, expr_types
 
 from .scalar import CTOR, REDUCTIONS, TABLE, cast, lit
 
-# Weighted element-steps (``compiler.schedule.elementwise_flops``: ~1.2 ns each) below which a
+# Weighted element-steps (``ops.cost.elementwise_flops``: ~1.2 ns each) below which a
 # kernel runs whole on the calling thread (~80 µs of work; a split call costs ~15 µs).
 PARALLEL_MIN_WORK = 1 << 16
 
@@ -226,7 +226,7 @@ def work(steps) -> int:
         return max(steps, 1)
     # the compiler's cost model: transcendental steps cost more than adds, so a short program
     # of them pays for threads at sizes where a chain of adds does not
-    from caramba.compiler.schedule import elementwise_flops
+    from caramba.ops.cost import elementwise_flops
 
     return max(sum(elementwise_flops(s.op) for s in steps), 1)
 

@@ -52,6 +52,9 @@ def load(source: str, name: str = "kernel") -> Any:
                     f"cannot write fused cpu kernels to {folder}: {exc}",
                     hint="set a writable cache directory: CARAMBA_CACHE_DIR=/path or cache_dir in caramba.yml",
                 ) from None
+        from caramba.backends.cpu import jitcache
+
+        jitcache.setup()  # the generated module's cached functions go to the user cache
         mod_name = f"caramba_fused_k_{key}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(spec)
@@ -83,4 +86,7 @@ def specialize(fn: Any, arg_types: list[Any]) -> None:
     """Compile ``fn`` now for ``arg_types`` (loaded from the disk cache when it is there)."""
     from numba import types
 
+    from caramba.backends.cpu import jitcache
+
     fn.compile(types.none(*arg_types))
+    jitcache.share_writable(fn, arg_types)  # writable twins of read-only inputs run the same code

@@ -12,9 +12,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir as llir
-from numba import njit, types
-from numba.extending import intrinsic
+
+from caramba.backends.cpu import jitcache
+
+jitcache.setup()  # Numba's disk cache in the user cache, before any cached function is defined
+
+from llvmlite import ir as llir  # noqa: E402
+from numba import njit, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 

@@ -64,12 +64,16 @@ _OUT_BY_KEYWORD = (np.maximum, np.minimum)
 def _load() -> None:
     from caramba.backends.cpu.kernels import (
         activation,
+        active_inference,
         attention,
+        causal,
         linalg,
         math,
         nn,
+        predictive_coding,
         random,
         reduce,
+        research,
         sample,
         shape,
         train,

@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from caramba.backends.cpu import jitcache
+
+jitcache.setup()  # Numba's disk cache in the user cache, before any cached function is defined
+
+from numba import njit  # noqa: E402
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 

@@ -2,16 +2,25 @@
 
 Each loop applies an update rule of ``caramba.ops.train`` in one pass over flattened float64
 arrays (inputs, then outputs, then the scalars of the element function); compiled code is
-cached on disk.
+cached on disk (``jitcache.py``). Nothing compiles at import: a loop compiles at its first call
+and a ``<rule>_block`` C function when it is first asked for (module ``__getattr__``), so a
+graph that uses one optimizer compiles that one only.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import carray, cfunc, literal_unroll, njit
+import functools
 
-from caramba.backends.cpu.native import BLOCK_SIG, ptr_float64, run_blocks
-from caramba.ops import train as t
+import numpy as np
+
+from caramba.backends.cpu import jitcache
+
+jitcache.setup()  # before any cached function below is defined
+
+from numba import carray, cfunc, literal_unroll, njit  # noqa: E402
+
+from caramba.backends.cpu.native import BLOCK_SIG, ptr_float64, run_blocks  # noqa: E402
+from caramba.ops import train as t  # noqa: E402
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")  # IEEE division (inf/nan), so loops vectorize
 CFUNC = dict(cache=True, error_model="numpy")
@@ -27,7 +36,7 @@ def _drop_stale_cache() -> None:
     """Numba's disk cache notices edits to this file only, but the loops inline the element
     rules of ``ops/train.py``: after an edit there, cached loops would run the old rule. The
     rules' source is stamped next to the cache; when it changed, this module's cached code is
-    dropped before anything below compiles (the cfuncs compile at import)."""
+    dropped before anything below compiles."""
     import hashlib
     import inspect
     import os
@@ -129,53 +138,63 @@ def _s(a, arrays, count):
     return carray(ptr_float64(a[1 + arrays]), (count,))
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def sgd_block(a, lo, hi):
+def _sgd_block(a, lo, hi):
     s = _s(a, 5, 6)
     sgd(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
         s[0], s[1], s[2], s[3], s[4], s[5])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def adam_block(a, lo, hi):
+def _adam_block(a, lo, hi):
     s = _s(a, 7, 9)
     adam(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi), _v(a, 5, lo, hi),
          _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def adamax_block(a, lo, hi):
+def _adamax_block(a, lo, hi):
     s = _s(a, 7, 6)
     adamax(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
            _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def rmsprop_block(a, lo, hi):
+def _rmsprop_block(a, lo, hi):
     s = _s(a, 7, 6)
     rmsprop(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
             _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def adagrad_block(a, lo, hi):
+def _adagrad_block(a, lo, hi):
     s = _s(a, 5, 4)
     adagrad(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
             s[0], s[1], s[2], s[3])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def lion_block(a, lo, hi):
+def _lion_block(a, lo, hi):
     s = _s(a, 5, 5)
     lion(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
          s[0], s[1], s[2], s[3], s[4])
 
 
-@cfunc(BLOCK_SIG, **CFUNC)
-def lamb_dir_block(a, lo, hi):
+def _lamb_dir_block(a, lo, hi):
     s = _s(a, 7, 7)
     lamb_dir(_v(a, 0, lo, hi), _v(a, 1, lo, hi), _v(a, 2, lo, hi), _v(a, 3, lo, hi), _v(a, 4, lo, hi),
              _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5], s[6])
+
+
+BLOCKS = ("sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb_dir")
+
+
+@functools.cache
+def _compiled_block(rule: str):
+    return cfunc(BLOCK_SIG, **CFUNC)(globals()[f"_{rule}_block"])
+
+
+def __getattr__(name: str):
+    """``<rule>_block``: the rule's block as a C function, compiled (or loaded from the disk
+    cache) on first use: a ``cfunc`` compiles when it is defined."""
+    rule = name.removesuffix("_block")
+    if name.endswith("_block") and rule in BLOCKS:
+        return _compiled_block(rule)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @njit(nogil=True, cache=True)

@@ -31,6 +31,8 @@ def _softmax(node, ins):
 
     axis = norm_axis(node.attrs["axis"], ins[0].rank)
     shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
+    if _rows_ok(ins[0]) and axis == ins[0].rank - 1:
+        return _with_out(fused_rows().softmax_rows(ins[0], log=False), shape, dtype)
     if fused.available() and ins[0].size and ins[0].dtype in (DType.float64, DType.float32):
         kern = fused.softmax_kernel(ins[0], node.types[0], axis)
 
@@ -53,10 +55,49 @@ def _softmax(node, ins):
     return softmax_numpy
 
 
-@kernel("nn.log_softmax", FLOAT)
+@kernel("nn.log_softmax", FLOAT, out=True)
 def _log_softmax(node, ins):
+    """One generated row kernel over the last axis where Numba is installed (``fused/rows.py``),
+    else NumPy."""
     axis = norm_axis(node.attrs["axis"], ins[0].rank)
-    return lambda x: log_softmax(x, axis)
+    shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
+    if _rows_ok(ins[0]) and axis == ins[0].rank - 1:
+        return _with_out(fused_rows().softmax_rows(ins[0], log=True), shape, dtype)
+
+    def log_softmax_numpy(x, out=None):
+        y = log_softmax(x, axis)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+    return log_softmax_numpy
+
+
+def fused_rows():
+    """``backends/cpu/fused/rows.py`` (imports Numba: call only where ``_rows_ok``)."""
+    from caramba.backends.cpu.fused import rows
+
+    return rows
+
+
+def _rows_ok(x) -> bool:
+    """Does a generated row kernel (``fused/rows.py``) take this input?"""
+    from caramba.backends.cpu import fused
+
+    return fused.available() and x.dtype in (DType.float64, DType.float32) and x.rank >= 1
+
+
+def _with_out(kern, shape, dtype):
+    """``k(x, out)`` as a kernel that takes its output buffer, or makes one."""
+
+    def rows(x, out=None):
+        if out is None:
+            out = np.empty(shape, dtype)
+        kern(x, out)
+        return out
+
+    return rows
 
 
 def _affine(y, rest):
@@ -67,31 +108,50 @@ def _affine(y, rest):
     return y
 
 
-@kernel("nn.layer_norm", FLOAT)
-def _layer_norm(node, ins):
-    axis = norm_axis(node.attrs["axis"], ins[0].rank)
-    axes = tuple(range(axis, ins[0].rank))
-    eps = node.attrs["eps"]
+def _norm_kernel(centered: bool):
+    """One generated row kernel (``fused/rows.py``: the NumPy arithmetic below, in one pass
+    structure per row, split over the workers when large) where Numba is installed, else NumPy."""
 
-    def layer_norm(x, *rest):
-        mu = np.mean(x, axis=axes, keepdims=True)
-        c = x - mu
-        var = np.mean(c * c, axis=axes, keepdims=True)
-        return _affine(c / np.sqrt(var + eps), rest)
+    def factory(node, ins):
+        axis = norm_axis(node.attrs["axis"], ins[0].rank)
+        axes = tuple(range(axis, ins[0].rank))
+        eps = node.attrs["eps"]
+        shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
+        if _rows_ok(ins[0]):
+            kern = fused_rows().norm_rows(ins[0], len(ins) - 1, eps, axis, centered)
 
-    return layer_norm
+            def norm_rows(x, *rest):
+                if len(rest) == len(ins):  # the output buffer came last
+                    kern(x, *rest)
+                    return rest[-1]
+                out = np.empty(shape, dtype)
+                kern(x, *rest, out)
+                return out
+
+            return norm_rows
+
+        def norm(x, *rest):
+            if len(rest) == len(ins):
+                *rest, out = rest
+            else:
+                out = None
+            if centered:
+                c = x - np.mean(x, axis=axes, keepdims=True)
+                y = _affine(c / np.sqrt(np.mean(c * c, axis=axes, keepdims=True) + eps), rest)
+            else:
+                y = _affine(x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps), rest)
+            if out is None:
+                return y
+            out[...] = y
+            return out
+
+        return norm
+
+    return factory
 
 
-@kernel("nn.rms_norm", FLOAT)
-def _rms_norm(node, ins):
-    axis = norm_axis(node.attrs["axis"], ins[0].rank)
-    axes = tuple(range(axis, ins[0].rank))
-    eps = node.attrs["eps"]
-
-    def rms_norm(x, *rest):
-        return _affine(x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps), rest)
-
-    return rms_norm
+kernel("nn.layer_norm", FLOAT, out=True)(_norm_kernel(centered=True))
+kernel("nn.rms_norm", FLOAT, out=True)(_norm_kernel(centered=False))
 
 
 @kernel("nn.group_norm", FLOAT)

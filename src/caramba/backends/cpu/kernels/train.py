@@ -214,6 +214,8 @@ def _run(spare, name, elem, arrays, scalars):
         out = elem(*arrays, *scalars)
         return tuple(np.asarray(o, dtype=p.dtype) for o in out)
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    for f in flat:  # inputs typed read-only always: fresh (read-only) and stepped state share one compile
+        f.flags.writeable = False
     outs = tuple(spare.empty(p.size, p.dtype) for _ in range(len(arrays) - 1))
     loop = getattr(loops, name)
     if p.size < LOOP_SPLIT:
