@@ -387,7 +387,8 @@ def _sincos(e: Emitter, x: str, d: DType, cos: bool) -> str:
     flip = m.where(m.less(xb, m.k(0.0)), m.k(-1.0), m.k(1.0))  # sin(-a) = -sin(a): n, y negated
 
     def put(v: str, upd: str) -> str:
-        return e.op("Reshape", e.op("ScatterND", e.op("Reshape", v, flat), at, m.mul(upd, flip)), shape)
+        # allowzero: a 0 in an empty input's shape is a 0, not "copy that dimension"
+        return e.op("Reshape", e.op("ScatterND", e.op("Reshape", v, flat), at, m.mul(upd, flip)), shape, allowzero=1)
 
     k, y0, y1 = put(k, n), put(y0, z0), put(y1, z1)
     ks, kc = _kernel_sin(m, y0, y1), _kernel_cos(m, y0, y1)
