@@ -174,10 +174,24 @@ class Services(Message):
     models: str = "models"
 
 
+def _holder_alive(holder: str) -> bool:
+    """Whether the worker process ``host:pid`` still runs (only checkable on its own host: a
+    holder elsewhere, or none given, counts as alive and the lease's TTL decides)."""
+    import socket
+
+    from caramba.store.runs import _owner_alive
+
+    host, _, pid = holder.rpartition(":")
+    if not holder or host != socket.gethostname() or not pid.isdigit():
+        return True
+    return _owner_alive(holder, None, 0.0)
+
+
 class LeaseInfo(Message):
     lease_id: str
     token: int
     job_id: str
+    holder: str = ""  # the worker process that holds the lease (host:pid): dead, the lease is no longer ours
 
 
 # ---- what a driver reports besides its per-step metrics ----------------------------------------------
@@ -579,6 +593,12 @@ class Experiment(Actor):
         from caramba.orchestrator.actor import Renew
         from caramba.orchestrator.queue import LeaseLost
 
+        if not _holder_alive(self.lease.holder):
+            # the worker that spawned us was killed; the lease outlives it until its TTL, but its
+            # experiments die with it (their process goes a moment later): record nothing more
+            self.state, self.error = "failed", f"the worker holding the lease ({self.lease.holder}) died"
+            self._close_driver()
+            return False
         try:
             self.context.lookup(self.orchestrator).ask(Renew(lease_id=self.lease.lease_id, token=self.lease.token))
         except LeaseLost as exc:

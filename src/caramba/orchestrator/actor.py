@@ -25,6 +25,7 @@ from caramba.cluster.registry import NodeInfo, NodeRegistry
 from caramba.errors import ConfigError
 from caramba.orchestrator.queue import Job, JobQueue, JobSpec, JobState, Lease, LeaseLost
 from caramba.orchestrator.scheduler import Orchestrator
+from caramba.store.runs import this_process
 
 
 class RegisterNode(Message):
@@ -329,7 +330,8 @@ class Worker(Actor):
                     "services": self.services,
                     "autostart": True,  # also after Ray restarts its process: resume from the ledger
                     "steps_per_tick": self.steps_per_tick,
-                    "lease": {"lease_id": g.lease.id, "token": g.lease.token, "job_id": g.job.id},
+                    "lease": {"lease_id": g.lease.id, "token": g.lease.token, "job_id": g.job.id,
+                              "holder": this_process()},  # its experiments stop recording if this process dies
                     "orchestrator": self.orchestrator,
                     "run_store": self.run_store,
                     "keys": self.keys,  # every attempt of a run signs with the run's own key
