@@ -13,27 +13,11 @@ import pytest
 pytest.importorskip("onnxruntime")
 mpmath = pytest.importorskip("mpmath")
 
-import onnxruntime as ort  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
-
 import caramba  # noqa: E402
 from caramba import compute, ops  # noqa: E402
-from caramba.ir.dtypes import DType  # noqa: E402
 from caramba.onnx import special  # noqa: E402
-from caramba.onnx.emitter import IR_VERSION, OPSET, Emitter  # noqa: E402
 
-
-def compiled(fn):
-    e = Emitter()
-    y = e.op("Identity", fn(e, "x", DType.float64))
-    g = helper.make_graph(
-        e.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, None)],
-        [helper.make_tensor_value_info(y, TensorProto.DOUBLE, None)], initializer=e.initializers,
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return lambda v: s.run(None, {"x": np.asarray(v, dtype=np.float64)})[0]
-
+from .test_onnx_special import compiled  # noqa: E402  (one ONNX Runtime session per decomposition)
 
 SIN, COS = compiled(special.sin), compiled(special.cos)
 
