@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import os
 import time
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -159,6 +160,7 @@ class ExperimentStatus(Message):
     reasons: list[str] = Field(default_factory=list)
     model_version: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    pid: int | None = None  # the process the experiment runs in (where an operator looks when it hangs)
     error: str | None = None
 
     @property
@@ -325,7 +327,7 @@ class Experiment(Actor):
             steps=self.spec.steps, intent=self.intent.hash if self.intent else None, last_checkpoint=self.last,
             resumed_from=self.resumed_from, claim=self.claim, verdict=self.verdict.verdict if self.verdict else None,
             reasons=[str(r) for r in self.verdict.reasons] if self.verdict else [], model_version=self.model_version,
-            metrics=self.summary, error=self.error,
+            metrics=self.summary, error=self.error, pid=os.getpid(),
         )
 
     # ---- handlers ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from caramba.actors import ActorDied, ActorSystem
-from caramba.actors.experiment import RunSpec, recorded_metrics
+from caramba.actors.experiment import GetStatus, RunSpec, recorded_metrics
 from caramba.actors.notary import GetEntry, Query
 from caramba.actors.services import run_experiment, start_services
 from caramba.orchestrator.actor import WhoAmI
@@ -67,6 +67,21 @@ def sweep(system: ActorSystem) -> dict:
     }
 
 
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (dead, not yet reaped) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
 def fault(system: ActorSystem) -> dict:
     t = time.time()
     reference = local_reference("f0", steps=FAULT_STEPS, every=FAULT_EVERY)
@@ -82,10 +97,19 @@ def fault(system: ActorSystem) -> dict:
             return  # wait for the first checkpoint
         if job.state != "leased":
             return
-        pid = c.workers[job.node].ask(WhoAmI()).pid
-        os.kill(pid, signal.SIGKILL)  # the worker's process dies; its experiment (a child) with it
+        me = c.workers[job.node].ask(WhoAmI())
+        children = [c.system.lookup(name).ask(GetStatus()).pid for name in me.running.values()]
+        os.kill(me.pid, signal.SIGKILL)  # the worker's process dies; its experiments (Ray children) with it
+        # the ledger as the killed attempt left it: once its process is gone and what it had in
+        # flight has landed (a record sent a moment before the kill is a committed record)
+        deadline = time.time() + 60
+        while any(_alive(p) for p in children) and time.time() < deadline:
+            time.sleep(0.05)
+        if any(_alive(p) for p in children):
+            raise SystemExit(f"the killed worker's experiments {children} still ran 60 s later")
+        time.sleep(1.0)
         before = notary.ask(Query()).entries
-        killed.update(node=job.node, pid=pid, entries=[e.hash for e in before])
+        killed.update(node=job.node, pid=me.pid, entries=[e.hash for e in before])
 
     with Cluster("ray", root=ROOT / "fault", workers=2, system=system, lease_ttl=8.0, heartbeat_ttl=2.0,
                  poll_interval=0.2) as c:
@@ -100,10 +124,10 @@ def fault(system: ActorSystem) -> dict:
         after = [e.hash for e in entries]
         resumed_events = notary.ask(Query(subject="f0", name="resumed")).entries
         resumed = [e.payload["step"] for e in resumed_events]
-        # the killed attempt's evidence is what the ledger held when it was killed (every attempt of
-        # the run signs with the run's own key, so the name does not tell them apart): its last
-        # checkpoint is where to resume, and (its process dead with the worker's) nothing about the
-        # run may be recorded between the kill and the next attempt's `resumed` event
+        # the killed attempt's evidence is what the ledger held once its process was gone (every
+        # attempt of the run signs with the run's own key, so the name does not tell them apart): its
+        # last checkpoint is where to resume, and nothing about the run may be recorded between
+        # then and the next attempt's `resumed` event
         before = set(killed["entries"])
         mine = [e for e in entries if e.hash in before and e.subject == "f0"]
         killed["checkpoint"] = max((e.payload["step"] for e in mine if e.kind == "artifact"), default=None)
