@@ -113,3 +113,27 @@ def test_checkpoints_keep_their_place_among_state_writes(tmp_path):
         exe.run({"step": r.upload(np.array(1, dtype=np.int64))})
     np.testing.assert_array_equal(safetensors.load(tmp_path / "before.safetensors")[0]["w"], [1.0, 2.0])
     np.testing.assert_array_equal(safetensors.load(tmp_path / "after.safetensors")[0]["w"], [2.0, 3.0])
+
+
+def test_a_checkpoint_goes_to_the_host_sink_in_force(tmp_path):
+    """The kernel hands the tensors to caramba.compute.effects; a caller can take them instead of
+    a file (and the default sink writes the file again once the block ends)."""
+    from caramba.compute import effects
+
+    with ir.Graph("sink") as g:
+        step = g.input("step", (), "int64")
+        w = g.input("w", (2,))
+        train_ops.save(step, w * 3.0, path=str(tmp_path / "s{step}.safetensors"), names="w3")
+        g.output("w", w)
+    taken: list = []
+    with compute.new("cpu") as r:
+        exe = r.compile(g)
+        feed = {"step": r.upload(np.array(4, dtype=np.int64)), "w": r.upload(np.array([1.0, 2.0]))}
+        with effects.checkpoint_sink(lambda path, tensors, meta: taken.append((path, dict(tensors), dict(meta)))):
+            exe.run(feed)
+        assert not list(tmp_path.iterdir())  # nothing written while the sink took it
+        exe.run(feed)
+    [(path, tensors, meta)] = taken
+    assert path == str(tmp_path / "s4.safetensors") and meta["step"] == "4"
+    np.testing.assert_array_equal(tensors["w3"], [3.0, 6.0])
+    np.testing.assert_array_equal(safetensors.load(tmp_path / "s4.safetensors")[0]["w3"], [3.0, 6.0])

@@ -70,6 +70,63 @@ def setup() -> Path:
     return folder
 
 
+def write_source(folder: Path, name: str, source: str) -> Path:
+    """Put generated kernel source ``folder/name`` in the cache (written once: a temporary file,
+    then a rename, so a concurrent reader never imports half a file); returns its path."""
+    import tempfile
+
+    from caramba.errors import ConfigError
+
+    path = folder / name
+    if path.exists():
+        return path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write fused cpu kernels to {folder}: {exc}",
+            hint="set a writable cache directory: CARAMBA_CACHE_DIR=/path or cache_dir in caramba.yml",
+        ) from None
+    return path
+
+
+def drop_stale(probe: Any, module_file: str, sources: str) -> None:
+    """Drop ``module_file``'s cached compiled code when ``sources`` (the source of what its loops
+    inline from other files, which Numba's cache does not watch) changed since it was cached.
+    ``probe``: a cached dispatcher of that module (its cache says where the module's code is)."""
+    import hashlib
+
+    digest = hashlib.sha256(sources.encode()).hexdigest()
+    where = getattr(probe._cache, "_cache_path", None)
+    if not where or not os.path.isdir(where):
+        return
+    stamp = os.path.join(where, os.path.splitext(os.path.basename(module_file))[0] + ".elem-rules")
+    try:
+        with open(stamp) as f:
+            if f.read() == digest:
+                return
+    except OSError:
+        pass
+    stem = os.path.splitext(os.path.basename(module_file))[0] + "."
+    for name in os.listdir(where):
+        if name.startswith(stem) and name.endswith((".nbi", ".nbc")):
+            try:
+                os.remove(os.path.join(where, name))
+            except OSError:  # another process got there first
+                pass
+    tmp = f"{stamp}.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(digest)
+        os.replace(tmp, stamp)
+    except OSError:  # a cache Numba cannot write either: nothing stale can pile up there
+        pass
+
+
 _TWIN_TYPES: list[Any] = []
 _SHARED: dict[int, tuple[Any, set[tuple[Any, ...]]]] = {}  # id -> (dispatcher, kept alive; twins registered)
 MAX_TWINS = 16  # writable variants registered per compiled signature (2**4: four read-only arrays)

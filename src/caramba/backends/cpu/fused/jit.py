@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from caramba.errors import ConfigError
 from caramba.ir.dtypes import DType
 from caramba.ir.types import ValueType
 
@@ -38,22 +35,9 @@ def load(source: str, name: str = "kernel") -> Any:
         mod = _LOADED.get(key)
         if mod is not None:
             return getattr(mod, name)
-        folder = cache_dir()
-        path = folder / f"k_{key}.py"
-        if not path.exists():
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    f.write(source)
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot write fused cpu kernels to {folder}: {exc}",
-                    hint="set a writable cache directory: CARAMBA_CACHE_DIR=/path or cache_dir in caramba.yml",
-                ) from None
         from caramba.backends.cpu import jitcache
 
+        path = jitcache.write_source(cache_dir(), f"k_{key}.py", source)
         jitcache.setup()  # the generated module's cached functions go to the user cache
         mod_name = f"caramba_fused_k_{key}"
         spec = importlib.util.spec_from_file_location(mod_name, path)

@@ -37,35 +37,9 @@ def _drop_stale_cache() -> None:
     rules of ``ops/train.py``: after an edit there, cached loops would run the old rule. The
     rules' source is stamped next to the cache; when it changed, this module's cached code is
     dropped before anything below compiles."""
-    import hashlib
     import inspect
-    import os
 
-    digest = hashlib.sha256("".join(inspect.getsource(f) for f in ELEMS).encode()).hexdigest()
-    where = getattr(_cache_probe._cache, "_cache_path", None)
-    if where is None or not os.path.isdir(where):
-        return
-    stamp = os.path.join(where, "_train_loops.elem-rules")
-    try:
-        with open(stamp) as f:
-            if f.read() == digest:
-                return
-    except OSError:
-        pass
-    stem = os.path.splitext(os.path.basename(__file__))[0] + "."
-    for name in os.listdir(where):
-        if name.startswith(stem) and name.endswith((".nbi", ".nbc")):
-            try:
-                os.remove(os.path.join(where, name))
-            except OSError:  # another process got there first
-                pass
-    tmp = f"{stamp}.{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(digest)
-        os.replace(tmp, stamp)
-    except OSError:  # a cache Numba cannot write either: nothing stale can pile up there
-        pass
+    jitcache.drop_stale(_cache_probe, __file__, "".join(inspect.getsource(f) for f in ELEMS))
 
 
 _drop_stale_cache()
