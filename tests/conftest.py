@@ -20,6 +20,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     except ImportError:  # pragma: no cover - threadpoolctl is a core dependency
         pass
 
+# A `caramba backends --tune` result in the developer's cache would change thread thresholds under
+# the tests: they run with the cpu backend's defaults (tests of tuning pass their own files).
+os.environ.setdefault("CARAMBA_CPU_TUNING", "defaults")
+
 # ONNX Runtime keeps a telemetry database under $HOME/.cache unless told not to.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 

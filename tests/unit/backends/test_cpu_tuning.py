@@ -19,6 +19,7 @@ from caramba.backends.cpu.kernels import train as train_kernels
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("CARAMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(tuning.ENV, raising=False)  # tests/conftest.py sets it for every other test
     tuning.reset()
     yield
     tuning.reset()
@@ -47,6 +48,17 @@ def test_missing_file_is_the_defaults_without_a_warning():
         warnings.simplefilter("error")
         t, source = tuning.load()
     assert t == tuning.defaults() and "not tuned" in source
+
+
+def test_the_environment_names_another_file_or_no_file(tmp_path, monkeypatch):
+    _write(_entry({"small_flops": 1.0e5}))
+    monkeypatch.setenv(tuning.ENV, "defaults")
+    t, source = tuning.load()
+    assert t == tuning.defaults() and source == "defaults (CARAMBA_CPU_TUNING=defaults)"
+    other = tmp_path / "elsewhere.json"
+    other.write_text(json.dumps(_entry({"small_flops": 2.0e5})))
+    monkeypatch.setenv(tuning.ENV, str(other))
+    assert tuning.path() == other and tuning.load()[0].small_flops == 2.0e5
 
 
 def test_fingerprint_is_stable_and_names_the_machine():

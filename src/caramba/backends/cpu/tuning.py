@@ -166,8 +166,15 @@ def fingerprint(info: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()[:16]
 
 
+ENV = "CARAMBA_CPU_TUNING"  # a tuning file to use instead, or "defaults" to read none (tests, reproductions)
+
+
 def path() -> Path:
-    """``<cache_dir>/tuning/cpu.json`` (``cache_dir`` setting, ``CARAMBA_CACHE_DIR``)."""
+    """``$CARAMBA_CPU_TUNING`` when it names a file, else ``<cache_dir>/tuning/cpu.json``
+    (``cache_dir`` setting, ``CARAMBA_CACHE_DIR``)."""
+    env = os.environ.get(ENV, "")
+    if env and env != "defaults":
+        return Path(env).expanduser()
     from caramba.config import settings
 
     return Path(settings().cache_dir).expanduser() / "tuning" / "cpu.json"
@@ -230,6 +237,8 @@ def validate(settings: Any) -> Tuning:
 def load(where: Path | None = None, key: str | None = None) -> tuple[Tuning, str]:
     """(this machine's stored settings, where they came from) or (the defaults, why); a file
     that is there but not usable warns (``TuningWarning``) and gives the defaults."""
+    if where is None and os.environ.get(ENV, "") == "defaults":
+        return defaults(), f"defaults ({ENV}=defaults)"
     where = path() if where is None else where
     doc, why = _read(where)
     if doc is None:
