@@ -43,6 +43,11 @@ class Settings:
     xla_library_dirs: str = ""
     # folders of the user's own assets (os.pathsep-separated; caramba.yml takes a list), see caramba.manifest.registry
     assets: str = ""
+    # caramba.store.vectors: a folder (Qdrant local mode) or http(s)://host:6333; default <store>/vectors
+    vectors: str = ""
+    # secondary indexes of the run store (caramba store reindex|search|lineage): "" = the embedded stand-ins
+    search_url: str = ""  # Elasticsearch, e.g. http://localhost:9200
+    lineage_uri: str = ""  # Neo4j bolt URI, e.g. bolt://neo4j:password@localhost:7687
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -52,6 +57,9 @@ _CACHE: dict[str, Settings] = {}
 OTHER_ENV = frozenset({
     "CARAMBA_ASSET_PATH", "CARAMBA_SANDBOX_SELFTEST", "CARAMBA_COMPLIANCE_BACKENDS", "CARAMBA_COMPLIANCE_BATCH",
     "CARAMBA_CONFORMANCE_BACKENDS", "CARAMBA_CHROMIUM", "CARAMBA_NETNS_RUN", "CARAMBA_PROBE_SECRET",
+    "CARAMBA_TEST_QDRANT_URL",
+    "CARAMBA_TEST_ELASTICSEARCH_URL", "CARAMBA_TEST_NEO4J_URI",
+    "CARAMBA_CPU_TUNING",  # caramba.backends.cpu.tuning: another tuning file, or "defaults"
 })
 _WARNED: set[str] = set()
 

@@ -48,6 +48,11 @@ def test_submit_the_example_and_watch_it_finish(page, login, artifacts):
     assert line.get_attribute("d").count("L") == len(train) - 1
     assert chart.locator("path.series[data-series=test]").count() == 1
     page.locator("h2:text('IR graph') ~ .graph svg.ir-graph").wait_for()
+    # the finished run offers its trained model for download (GET /runs/{id}/export)
+    onnx = page.locator(".export-links a", has_text="ONNX")
+    assert onnx.get_attribute("href") == f"/api/v1/runs/{run_id}/export?format=onnx"
+    got = page.request.get(f"{login}/api/v1/runs/{run_id}/export?format=onnx")
+    assert got.status == 200 and len(got.body()) > 1000, got.status
     page.screenshot(path=str(artifacts / "run.png"), full_page=True)
 
     page.click("a[data-nav=experiments]")

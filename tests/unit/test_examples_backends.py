@@ -28,24 +28,11 @@ SETS = ["trainer.steps=3", "trainer.eval_every=0"]
 # shapes checked, in tests/unit/manifest/test_examples.py).
 MODEL_ONLY = {"gpt2_small.yml": "model-only manifest (no trainer, no eval runs): nothing to run"}
 # (example, backend) -> (why, the ops named in the refusal)
-REFUSED: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
-    ("causal_iv.yml", "onnx"): (
-        "the causal estimators (closed-form 2SLS / backdoor regression) have no ONNX lowering",
-        ("causal.iv_estimate", "causal.backdoor_adjustment"),
-    ),
-    ("hawkes_fit.yml", "onnx"): (
-        "the Hawkes-process ops (log-likelihood and its VJP) have no ONNX lowering",
-        ("hawkes.log_likelihood", "hawkes.vjp"),
-    ),
-    ("vsa_resonator.yml", "onnx"): (
-        "the VSA ops (bind, bundle, similarity, permute) have no ONNX lowering",
-        ("vsa.bundle",),
-    ),
-    ("hopfield_recall.yml", "onnx"): (
-        "the Hopfield store and its retrieval use VSA ops (bundle, similarity) with no ONNX lowering",
-        ("vsa.bundle", "vsa.similarity"),
-    ),
-}
+# Empty since the research ops (vsa, fft, causal, hawkes) got ONNX lowerings
+# (caramba.onnx.export_research), predictive_coding.* (caramba.onnx.export_predictive_coding) and
+# active_inference.* / markov_blanket.mutual_information (caramba.onnx.export_active_inference):
+# every example runs on every backend here.
+REFUSED: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 NEEDS = {"digits_mlp.yml": "sklearn", "digits_cnn.yml": "sklearn", "digits_diffusion.yml": "sklearn"}
 
 

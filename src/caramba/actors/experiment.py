@@ -632,9 +632,9 @@ class Experiment(Actor):
         if self.run_store_root is None:
             return None
         if getattr(self, "_run_store", None) is None:  # opened once: opening checks the schema
-            from caramba.store.runs import RunStore
+            from caramba.store.runs import open_runs
 
-            self._run_store = RunStore(self.run_store_root)
+            self._run_store = open_runs(self.run_store_root)
         return self._run_store
 
     def _store_begin(self, resumed_step: int) -> None:

@@ -212,8 +212,8 @@ class TreeHead(Message):
         if not source.lstrip().startswith("{"):
             try:
                 text, where = Path(source).read_text(), f"file {source}"
-            except OSError as exc:
-                raise TreeHeadError(f"cannot read tree head {source!r}: {exc.strerror or exc}",
+            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+                raise TreeHeadError(f"cannot read tree head {source!r}: {getattr(exc, 'strerror', None) or exc}",
                                     hint="pass a file written by `caramba notary head --out FILE`, or its JSON") from None
         try:
             head = cls.model_validate_json(text)
@@ -642,32 +642,35 @@ class Ledger:
                 raise self._corrupt(exc) from None
 
     # ---- writing ---------------------------------------------------------------------------------
+    def _next_row(self, head: tuple | None, body: EntryBody, public_key: str, signature: str) -> tuple:
+        """The row that appends ``body`` after ``head`` (``(seq, hash, time)`` of the last row,
+        None for an empty ledger): chained, hashed and countersigned (columns as ``_COLS``)."""
+        seq, prev, last = (head[0] + 1, head[1], head[2]) if head else (0, GENESIS_PREV, 0.0)
+        if not (isinstance(prev, str) and isinstance(last, (int, float))):
+            raise MalformedEntry(f"row {seq - 1}, the last one, is malformed: nothing can be chained to it",
+                                 hint="`caramba notary verify` names every damaged row; restore the ledger file")
+        t = max(float(self.clock()), float(last))
+        signed = body.signed_bytes()
+        h = row_hash(seq, prev, t, signed, public_key, signature)
+        receipt = self.identity.sign(receipt_bytes(seq, prev, h))
+        return (
+            seq, h, prev, t, body.kind, body.actor, body.subject, body.name,
+            canonical(body.payload).decode(), canonical(list(body.depends_on)).decode(),
+            canonical(body.procedure).decode(), public_key, signature, receipt,
+        )
+
     def _insert(self, body: EntryBody, public_key: str, signature: str) -> Entry:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 head = self._db.execute("SELECT seq, hash, time FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-                seq, prev, last = (head[0] + 1, head[1], head[2]) if head else (0, GENESIS_PREV, 0.0)
-                if not (isinstance(prev, str) and isinstance(last, (int, float))):
-                    raise MalformedEntry(f"row {seq - 1}, the last one, is malformed: nothing can be chained to it",
-                                         hint="`caramba notary verify` names every damaged row; restore the ledger file")
-                t = max(float(self.clock()), float(last))
-                signed = body.signed_bytes()
-                h = row_hash(seq, prev, t, signed, public_key, signature)
-                receipt = self.identity.sign(receipt_bytes(seq, prev, h))
-                self._db.execute(
-                    f"INSERT INTO entries ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        seq, h, prev, t, body.kind, body.actor, body.subject, body.name,
-                        canonical(body.payload).decode(), canonical(list(body.depends_on)).decode(),
-                        canonical(body.procedure).decode(), public_key, signature, receipt,
-                    ),
-                )
+                row = self._next_row(head, body, public_key, signature)
+                self._db.execute(f"INSERT INTO entries ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return self.get(h)
+        return self.get(row[1])
 
     def register(self, actor: str, public_key: str, proof: str, rotation: str | None = None) -> Entry:
         """Bind ``public_key`` to ``actor``. ``proof`` is the key's signature over

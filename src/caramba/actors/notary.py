@@ -122,7 +122,15 @@ class Notary(Actor):
     def started(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         ident = Identity.load_or_create(self.root / "notary.key", self.context.name)
-        self.ledger = Ledger(self.root / "ledger.sqlite", ident)
+        from caramba.store.registry import remote_of
+
+        remote = remote_of(self.root.parent)  # the services root of a remote store (s3://): its ledger is there
+        if remote is not None:
+            from caramba.actors.ledger_s3 import S3Ledger
+
+            self.ledger = S3Ledger(remote, ident, self.root / "ledger.sqlite")
+        else:
+            self.ledger = Ledger(self.root / "ledger.sqlite", ident)
 
     def stopped(self) -> None:
         if self.ledger is not None:
@@ -240,13 +248,28 @@ def verify_ledger(root: str | os.PathLike, against: TreeHead | None = None) -> L
     from caramba.actors.system import ActorSystem
 
     path = Path(root) / "notary" / "ledger.sqlite"
-    if not path.exists():
+    from caramba.store.registry import remote_of
+
+    remote = remote_of(Path(root))
+    if remote is not None:  # the ledger is in the bucket; the local file is only a replica
+        from caramba.actors.ledger_s3 import ledger_exists
+
+        if not ledger_exists(remote):
+            from caramba.errors import ConfigError
+
+            raise ConfigError(f"no ledger in {remote.split('?')[0]}ledger/", hint=NO_LEDGER_HINT)
+    elif not path.exists():
         from caramba.errors import ConfigError
 
         raise ConfigError(f"no ledger at {path}", hint=NO_LEDGER_HINT)
-    if path.stat().st_size == 0:  # the Notary would start a new ledger in it: a wiped one is not "OK"
+    if remote is None and path.stat().st_size == 0:  # the Notary would start a new ledger in it: a wiped one is not "OK"
         return LedgerReport(ok=False, entries=0, head="", file=str(path), against=against,
                             database=[f"ledger file {path} is empty (0 bytes): its history was wiped"])
+    key = path.parent / "notary.key"
+    if not key.exists():  # starting a Notary would mint a new identity: verify only reads
+        return LedgerReport(ok=False, entries=0, head="", file=str(path), against=against,
+                            database=[f"{key} is missing: the Notary that signed this ledger cannot be checked; "
+                                      "restore the key (verify never creates one)"])
     system = ActorSystem("local")
     try:
         try:

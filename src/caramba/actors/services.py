@@ -22,6 +22,10 @@ def start_services(
     actor (``root/models``) under the default names; returns the names."""
     names = names or Services()
     root = Path(root).expanduser().absolute()  # "~/lab" is the home folder, not a folder named "~"
+    if storage_url is None:  # a remote store's services keep their blobs in it too
+        from caramba.store.registry import storage_url_of
+
+        storage_url = storage_url_of(root)
     system.spawn(Storage, names.storage, kwargs={"url": storage_url or str(root / "blobs")})
     system.spawn(Notary, names.notary, kwargs={"root": str(root / "notary"), "storage": names.storage})
     system.spawn(ModelActor, names.models, kwargs={"root": str(root / "models"), "notary": names.notary})

@@ -111,12 +111,13 @@ def create_app(
     from caramba.api.routes import ROUTERS
     from caramba.api.runs import RunService
     from caramba.api.sandbox import Sandbox
+    from caramba.store.registry import local_root
 
     settings = settings or load_settings()
     state = ServerState(
         settings=settings,
         token=settings.api_token if token is None else token,
-        store_root=Path(store if store is not None else settings.store).expanduser(),
+        store_root=local_root(store if store is not None else settings.store),  # s3://: the replica folder
         max_body=max_body,
     )
 

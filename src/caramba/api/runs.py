@@ -180,11 +180,11 @@ class RunService:
 
     def __init__(self, root: Path, settings: Any, *, workers: int = 2, sandbox: Any = None) -> None:
         from caramba.api.sandbox import Sandbox
-        from caramba.store.runs import RunStore
+        from caramba.store.runs import open_runs
 
         self.root = Path(root)
         self.settings = settings
-        self.store = RunStore(self.root)
+        self.store = open_runs(self.root)
         self.sandbox = sandbox if sandbox is not None else Sandbox(
             settings.serve_validate_timeout_s, settings.serve_validate_memory_mb)
         self.workers = workers
@@ -352,7 +352,12 @@ class RunService:
 
     def _execute(self, plans: list[Any], group: str, first: threading.Event, roots: list[str]) -> None:
         from caramba.run import execute
+        from caramba.run.tuner import SEQUENTIAL, tuned_jobs
 
+        tuner = plans[0].prep.manifest.tuner if plans else None
+        if tuner is not None and tuner.strategy in SEQUENTIAL:  # grid/random/active_inference: the tuner picks each run
+            self._in_slot(group, first, tuned_jobs(plans, tuner, self.store, group, roots))  # type: ignore[arg-type]
+            return
         self._in_slot(group, first, [lambda steer, plan=plan: execute(plan, self.store, steer, group, roots)
                                      for plan in plans])
 

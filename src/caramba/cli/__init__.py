@@ -52,6 +52,9 @@ COMMAND_MODULES = (
     "caramba.cli.image",
     "caramba.cli.program",
     "caramba.cli.export",
+    "caramba.cli.store",
+    "caramba.cli.search",
+    "caramba.cli.data",
 )
 
 for _name in COMMAND_MODULES:

@@ -14,9 +14,9 @@ TRACKERS = ("mlflow",)
 
 def _runs(config: str | None, store: str | None):
     from caramba.config import load_settings
-    from caramba.store.runs import RunStore
+    from caramba.store.runs import open_runs
 
-    return RunStore(load_settings(config, overrides={"store": store}).store)
+    return open_runs(load_settings(config, overrides={"store": store}).store)
 
 
 def register(app: typer.Typer) -> None:

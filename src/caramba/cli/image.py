@@ -27,11 +27,11 @@ def register(app: typer.Typer) -> None:
         from caramba.diffusion.io import write_image
         from caramba.diffusion.sample import MAX_IMAGES, find_denoiser, load_run, sample
         from caramba.errors import ConfigError
-        from caramba.store.runs import RunStore
+        from caramba.store.runs import open_runs
 
         if not 1 <= n <= MAX_IMAGES:
             raise ConfigError(f"--n must be in 1..{MAX_IMAGES}, got {n}")
-        runs = RunStore(load_settings(config, overrides={"store": store}).store)
+        runs = open_runs(load_settings(config, overrides={"store": store}).store)
         run = load_run(run_id, runs, denoiser=True)
         den = find_denoiser(run.prep)
         images = sample(den, run.params, n=n, seed=seed, steps=steps, backend=backend or run.backend)

@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
         """Write a run's trained (or fine-tuned) model back as a Hugging Face directory."""
         from caramba.config import load_settings
         from caramba.run.export import export_run
-        from caramba.store.runs import RunStore
+        from caramba.store.runs import open_runs
 
-        runs = RunStore(load_settings(config, overrides={"store": store}).store)
+        runs = open_runs(load_settings(config, overrides={"store": store}).store)
         path = export_run(run_id, out, store=runs, fmt=fmt, dtype=dtype, lora=lora)
         typer.echo(f"wrote {path}")

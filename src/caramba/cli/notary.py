@@ -16,7 +16,7 @@ import typer
 
 from caramba.cli.research import CONFIG_HELP
 
-STORE_HELP = "run store directory (default: settings.store); the ledger is <store>/cluster/notary"
+STORE_HELP = "run store folder or URL (file://, s3://bucket/prefix; default: settings.store); the ledger is <store>/cluster/notary"
 AGAINST_HELP = "a tree head kept earlier (a file written by `caramba notary head --out`, or its JSON): fail if the ledger no longer extends it"
 
 
@@ -25,8 +25,16 @@ def _root(config: str | None, store: str | None) -> Path:
     from caramba.actors.notary import NO_LEDGER_HINT
     from caramba.config import load_settings
     from caramba.errors import ConfigError
+    from caramba.store.registry import local_root, remote_of
 
-    base = Path(load_settings(config, overrides={"store": store}).store)
+    base = local_root(load_settings(config, overrides={"store": store}).store)  # an s3:// store: its replica folder
+    remote = remote_of(base)
+    if remote is not None:  # the ledger is in the bucket; reading it never starts a new one
+        from caramba.actors.ledger_s3 import ledger_exists
+
+        if not ledger_exists(remote):
+            raise ConfigError(f"no ledger in {remote.split('?')[0]}ledger/", hint=NO_LEDGER_HINT)
+        return base / "cluster"
     for root in (base / "cluster", base):
         if (root / "notary" / "ledger.sqlite").exists():
             return root

@@ -9,15 +9,15 @@ import typer
 
 SET_HELP = "override a manifest value: PATH=VALUE (e.g. trainer.steps=50); repeatable"
 CONFIG_HELP = "config file (default: ./caramba.yml, then ~/.caramba/config.yml)"
-STORE_HELP = "run store folder (default: the `store` setting)"
+STORE_HELP = "run store folder or URL (file://..., s3://bucket/prefix; default: the `store` setting)"
 
 
 def _store(config: str | None, store: str | None) -> Any:
     from caramba.config import load_settings
-    from caramba.store.runs import RunStore
+    from caramba.store.runs import open_runs
 
     s = load_settings(config, overrides={"store": store})
-    return RunStore(s.store)
+    return open_runs(s.store)
 
 
 def _fmt(v: Any) -> str:
@@ -164,7 +164,9 @@ def register(app: typer.Typer) -> None:
             from caramba.orchestrator.run import run_cluster
 
             report = run_cluster(manifest, None, cluster=cluster, overrides=set_, backend=backend or None,
-                                 target=target, workers=workers, run_store=str(runs.root),
+                                 target=target, workers=workers,
+                                 # a remote store by its URL: a worker on another host opens its own replica
+                                 run_store=getattr(runs, "url", None) or str(runs.root),
                                  root=str(ledger_root(runs)))  # one ledger per store, the one local runs use
             console.print(escape(report.as_text()))
             raise typer.Exit(0 if report.ok else 1)
@@ -197,7 +199,7 @@ def register(app: typer.Typer) -> None:
         base = next((v for r in result.runs for k, v in r.summary.items() if k.startswith("baseline.")), None)
         if base is not None:
             console.print(f"unigram baseline loss {base:.4f}")
-        console.print(f"store {escape(str(runs.root))}; inspect with: caramba research inspect {escape(result.runs[-1].run_id)}")
+        console.print(f"store {escape(str(getattr(runs, 'url', runs.root)))}; inspect with: caramba research inspect {escape(result.runs[-1].run_id)}")
         if not result.ok:
             raise typer.Exit(1)
 
@@ -253,7 +255,7 @@ def register(app: typer.Typer) -> None:
         runs = _store(config, store)
         if run_id is None:
             recs = runs.list(limit, experiment)
-            table = Table(title=f"runs in {runs.root}")
+            table = Table(title=f"runs in {getattr(runs, 'url', runs.root)}")
             for col in ("id", "experiment", "run", "status", "step", "val/test", "duration"):
                 table.add_column(col, overflow="fold")
             for r in recs:
@@ -388,7 +390,10 @@ def register_compare(group: typer.Typer) -> None:
         if result.metric and result.metric not in shown:
             shown.insert(0, result.metric)
         table = Table(title=f"{len(result.runs)} runs" + (f", ranked by {result.metric} ({result.mode})" if result.metric else ""))
-        for col in ("run", "arm", "seed", "status", "tags", *result.params):
+        from caramba.run.compare import TUNER_COLUMNS, tuner_cells
+
+        tuned = any(r.tuner for r in result.runs)  # the tuner's decision per run (strategy, step, arm, belief)
+        for col in ("run", "arm", "seed", "status", "tags", *(TUNER_COLUMNS if tuned else ()), *result.params):
             table.add_column(escape(col), overflow="fold")
         for m in shown:  # numbers are never broken over lines; the headers are
             table.add_column(escape(f"{m} final"), overflow="fold", no_wrap=True, min_width=6, justify="right")
@@ -396,6 +401,7 @@ def register_compare(group: typer.Typer) -> None:
                 table.add_column(escape(f"{m} best"), overflow="fold", no_wrap=True, min_width=6, justify="right")
         for r in result.ranked_runs():
             cells = [escape(r.id), escape(r.arm or "-"), str(r.seed), r.status, escape(",".join(r.tags) or "-"),
+                     *(escape(c) for c in (tuner_cells(r.tuner) if tuned else ())),
                      *(escape(_fmt(r.params.get(p))) for p in result.params)]
             for m in shown:
                 cells.append(_fmt(r.final.get(m)))

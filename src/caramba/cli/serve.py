@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
     def serve(
         host: str = typer.Option(None, help="address to bind (default: serve_host, 127.0.0.1)"),
         port: int = typer.Option(None, help="port (default: serve_port, 8765; 0 picks a free one)"),
-        store: str = typer.Option(None, help="run store directory (default: the store setting)"),
+        store: str = typer.Option(None, help="run store folder or URL (file://..., s3://bucket/prefix; default: the store setting)"),
         token: str = typer.Option(
             None, envvar="CARAMBA_API_TOKEN", show_envvar=True,
             help="secret for state-changing calls (default: api_token; generated when unset)",

@@ -10,7 +10,13 @@ Patterns, tried in this order (a node joins at most one fused node):
    sum as a second output when something else uses it);
 3. ``softmax``: softmax(elementwise prologue) -> ``fused.softmax``, and the spelled-out form
    exp(x - max(x)) / sum(exp(x - max(x))) (keepdims, one axis) -> ``fused.softmax(x)``;
-4. ``elementwise``: chains of elementwise ops (broadcasts and scalar constants included),
+4. ``norm_grad`` and ``softmax_grad``: the VJP chains the autodiff rules of nn.layer_norm,
+   nn.rms_norm, nn.softmax and nn.log_softmax emit (as canonicalize leaves them) ->
+   ``fused.layer_norm_grad`` / ``fused.rms_norm_grad`` (dx, plus dgamma / dbeta where the graph
+   sums them) and ``fused.softmax_grad`` / ``fused.log_softmax_grad``. Matched here rather than
+   emitted by the rules: a rule does not know its backend, and the chain is what every backend
+   runs and what differentiates again;
+5. ``elementwise``: chains of elementwise ops (broadcasts and scalar constants included),
    optionally ending in one reduction -> ``fused.elementwise``.
 
 A fused node keeps the ID of the node whose value it computes; its origin note and its
@@ -25,6 +31,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
 
 from caramba.compiler.passes import PassContext, PassResult
 from caramba.compute.capabilities import Capabilities
@@ -325,6 +334,204 @@ class Fuser:
             self.taken.update(replaced)
         return found
 
+    # ---- backward chains of the row ops (autodiff/rules/nn.py) ------------------------------
+    def _emit_grad(self, op: str, outs: list[Node], internal: dict[str, Node], inputs: list[Ref], attrs: dict,
+                   found: list[Fusion], m: _GradMatch) -> bool:
+        """One fused grad node for the chain ``internal`` computing ``outs`` (in the op's output
+        order), if the backend declares it, nothing outside uses the chain's inner values, and
+        the node can take the place of the last output."""
+        ids = {o.id for o in outs}
+        if any(i in self.taken for i in internal) or not m.closed(internal, ids):
+            return False
+        root = max(outs, key=lambda n: self.pos[n.id])
+        if any(self.pos[u.id] < self.pos[root.id] for o in outs if o is not root for u in self.users[o.id]):
+            return False
+        d = {self.graph.type_of(r).dtype for r in inputs}
+        if not self.declared(op, d, root) or not self.supports(op, d, root):
+            return False
+        members = list(internal.values())
+        prec = self.same_precision(op, members)
+        if prec is False:
+            return False
+        replaced = sorted(internal, key=self.pos.__getitem__)
+        types = tuple(o.types[0] for o in outs)
+        node = self.make(op, root, inputs, attrs, types, prec, replaced)
+        k = next(i for i, o in enumerate(outs) if o is root)
+        subst = {Ref(o.id): Ref(root.id, i) for i, o in enumerate(outs) if o is not root}
+        if k:
+            subst[Ref(root.id)] = Ref(root.id, k)
+        found.append(Fusion(node, replaced, subst))
+        self.taken.update(internal)
+        return True
+
+    def norm_grad(self) -> list[Fusion]:
+        """dx (+ dgamma, dbeta) of the nn.layer_norm / nn.rms_norm VJP -> fused.*_norm_grad."""
+        found: list[Fusion] = []
+        m = _GradMatch(self)
+        for dx in self.graph.nodes:
+            if dx.op != "math.mul" or dx.id in self.taken or len(dx.types) != 1:
+                continue
+            for inner_ref, rs_ref in m.pairs(dx):
+                if self._norm_grad_at(m, dx, inner_ref, rs_ref, found):
+                    break
+        return found
+
+    def _norm_grad_at(self, m: _GradMatch, dx: Node, inner_ref: Ref, rs_ref: Ref, found: list[Fusion]) -> bool:
+        rsqrt = m.node(rs_ref, "math.rsqrt")
+        add = rsqrt and m.node(rsqrt.inputs[0], "math.add")
+        if add is None:
+            return False
+        t = dx.types[0]
+        for var_ref, eps_ref in m.pairs(add):
+            eps = m.const(eps_ref)
+            var = self.graph.node(var_ref.node)
+            if eps is None or var.op != "reduce.mean" or not var.attrs["keepdims"] or var_ref.index:
+                continue
+            axes = _axes(var, t.rank)
+            if not axes or axes != tuple(range(axes[0], t.rank)):
+                continue
+            axis = axes[0]
+            sq = m.node(var.inputs[0], "math.mul")
+            if sq is None or sq.inputs[0] != sq.inputs[1]:
+                continue
+            xc_ref = sq.inputs[0]
+            xc = self.graph.node(xc_ref.node)
+            mean = None
+            if xc.op == "math.sub" and not xc_ref.index and xc.id not in self.taken:
+                mean = m.reduce(xc.inputs[1], "reduce.mean", axes, True)
+                if mean is not None and mean.inputs[0] != xc.inputs[0]:
+                    mean = None
+            centered = mean is not None
+            x_ref = xc.inputs[0] if centered else xc_ref
+            if self.graph.type_of(x_ref) != t:
+                continue
+            internal = {n.id: n for n in (rsqrt, add, var, sq, dx)}
+            if centered:
+                internal.update({xc.id: xc, mean.id: mean})
+            inv_n = float(np.asarray(1.0 / prod(t.shape[axis:]), t.dtype.numpy)) if t.size else None
+            if self._norm_grad_rest(m, dx, inner_ref, rs_ref, internal, x_ref, xc_ref, axis, axes, centered, eps, inv_n,
+                                    found):
+                return True
+        return False
+
+    def _norm_grad_rest(self, m, dx, inner_ref, rs_ref, internal, x_ref, xc_ref, axis, axes, centered, eps, inv_n,
+                        found) -> bool:
+        t = dx.types[0]
+        # centered: inner = (g - xhat * p) - q, q = sum(g) * n; RMS: inner = g - xhat * p
+        q = None
+        sub2_ref = inner_ref
+        if centered:
+            sub3 = m.node(inner_ref, "math.sub")
+            if sub3 is None:
+                return False
+            sub2_ref = sub3.inputs[0]
+            q = m.scaled_sum(sub3.inputs[1], axes, inv_n)
+            if q is None:
+                return False
+        sub2 = m.node(sub2_ref, "math.sub")
+        mul6 = sub2 and m.node(sub2.inputs[1], "math.mul")
+        if mul6 is None:
+            return False
+        g_ref = sub2.inputs[0]
+        if q is not None and q[-1].inputs[0] != g_ref:
+            return False
+        for xh_ref, p_ref in m.pairs(mul6):
+            xhat = m.node(xh_ref, "math.mul")
+            p = m.scaled_sum(p_ref, axes, inv_n)
+            if xhat is None or p is None or set(xhat.inputs) != {xc_ref, rs_ref} or len(set(xhat.inputs)) != 2:
+                continue
+            mul4 = m.node(p[-1].inputs[0], "math.mul")
+            if mul4 is None or set(mul4.inputs) != {g_ref, xh_ref} or len(set(mul4.inputs)) != 2:
+                continue
+            inner = dict(internal)
+            inner.update({n.id: n for n in (sub2, mul6, xhat, mul4, *p)})
+            if centered:
+                inner.update({n.id: n for n in (self.graph.node(inner_ref.node), *q)})
+            # g = ct * gamma (gamma of the normalized axes' shape), or g = ct
+            choices: list[tuple[Ref, Ref | None, Node | None]] = []
+            gm = m.node(g_ref, "math.mul")
+            if gm is not None:
+                for c_ref, gam_ref in m.pairs(gm):
+                    if self.graph.type_of(c_ref) == t and self.graph.type_of(gam_ref).shape == t.shape[axis:]:
+                        choices.append((c_ref, gam_ref, gm))
+            choices.append((g_ref, None, None))
+            for ct_ref, gam_ref, gm_node in choices:
+                if self._norm_grad_emit(m, dx, inner, x_ref, ct_ref, gam_ref, gm_node, xh_ref, axis, centered, eps,
+                                        found):
+                    return True
+        return False
+
+    def _norm_grad_emit(self, m, dx, inner, x_ref, ct_ref, gam_ref, gm_node, xh_ref, axis, centered, eps, found) -> bool:
+        internal = dict(inner)
+        if gm_node is not None:
+            internal[gm_node.id] = gm_node
+        lead = tuple(range(axis))
+        outs = [dx]
+        dgamma = dbeta = None
+        if lead and gam_ref is not None:
+            for u in self.users[xh_ref.node]:
+                if u.op == "math.mul" and u.id not in self.taken and set(u.inputs) == {ct_ref, xh_ref} and len(self.users[u.id]) == 1:
+                    s = m.reduce(Ref(self.users[u.id][0].id), "reduce.sum", lead, False)
+                    if s is not None and s.inputs == (Ref(u.id),):
+                        dgamma = s
+                        internal.update({u.id: u, s.id: s})
+                        break
+            if centered:
+                for u in self.users[ct_ref.node]:
+                    if ct_ref.index == 0 and u.id not in internal and m.reduce(Ref(u.id), "reduce.sum", lead, False) is not None:
+                        dbeta = u
+                        internal[u.id] = u
+                        break
+        outs += [o for o in (dgamma, dbeta) if o is not None]
+        op = F.LAYER_NORM_GRAD if centered else F.RMS_NORM_GRAD
+        attrs = {"axis": axis, "eps": eps, "with_dgamma": dgamma is not None}
+        if centered:
+            attrs["with_dbeta"] = dbeta is not None
+        inputs = [x_ref, ct_ref] + ([gam_ref] if gam_ref is not None else [])
+        if any(r.node in internal for r in inputs):
+            return False
+        return self._emit_grad(op, outs, internal, inputs, attrs, found, m)
+
+    def softmax_grad(self) -> list[Fusion]:
+        """y * (ct - sum(ct * y)) and ct - exp(y) * sum(ct) over the last axis (keepdims): the
+        nn.softmax / nn.log_softmax VJPs given the forward output y -> fused.(log_)softmax_grad."""
+        found: list[Fusion] = []
+        m = _GradMatch(self)
+        for dx in self.graph.nodes:
+            if dx.id in self.taken or len(dx.types) != 1 or dx.types[0].rank == 0:
+                continue
+            last = (dx.types[0].rank - 1,)
+            if dx.op == "math.mul":
+                for y_ref, sub_ref in m.pairs(dx):
+                    sub = m.node(sub_ref, "math.sub")
+                    s = sub and m.reduce(sub.inputs[1], "reduce.sum", last, True)
+                    prod = s and m.node(s.inputs[0], "math.mul")
+                    if prod is None or set(prod.inputs) != {sub.inputs[0], y_ref} or len(set(prod.inputs)) != 2:
+                        continue
+                    ct_ref = sub.inputs[0]
+                    if self.graph.type_of(ct_ref) != dx.types[0] or self.graph.type_of(y_ref) != dx.types[0]:
+                        continue
+                    internal = {n.id: n for n in (dx, sub, s, prod)}
+                    if self._emit_grad(F.SOFTMAX_GRAD, [dx], internal, [y_ref, ct_ref], {"axis": last[0]}, found, m):
+                        break
+            elif dx.op == "math.sub":
+                ct_ref = dx.inputs[0]
+                mul = m.node(dx.inputs[1], "math.mul")
+                if mul is None:
+                    continue
+                for e_ref, s_ref in m.pairs(mul):
+                    e = m.node(e_ref, "math.exp")
+                    s = m.reduce(s_ref, "reduce.sum", last, True)
+                    if e is None or s is None or s.inputs[0] != ct_ref:
+                        continue
+                    y_ref = e.inputs[0]
+                    if self.graph.type_of(ct_ref) != dx.types[0] or self.graph.type_of(y_ref) != dx.types[0]:
+                        continue
+                    internal = {n.id: n for n in (dx, mul, e, s)}
+                    if self._emit_grad(F.LOG_SOFTMAX_GRAD, [dx], internal, [y_ref, ct_ref], {"axis": last[0]}, found, m):
+                        break
+        return found
+
     def elementwise(self) -> list[Fusion]:
         found = []
         for root in reversed(self.graph.nodes):
@@ -362,6 +569,63 @@ class Fuser:
         return found
 
 
+class _GradMatch:
+    """Structural matching of the VJP chains of nn.layer_norm / nn.rms_norm / nn.softmax /
+    nn.log_softmax (``autodiff/rules/nn.py``) as canonicalize leaves them: commutative ops in
+    either operand order, scalar constants by value."""
+
+    def __init__(self, fuser: Fuser) -> None:
+        self.f = fuser
+        self.g = fuser.graph
+
+    def node(self, ref: Ref, op: str) -> Node | None:
+        if ref.index != 0:
+            return None
+        n = self.g.node(ref.node)
+        return n if n.op == op and n.id not in self.f.taken else None
+
+    def pairs(self, node: Node) -> list[tuple[Ref, Ref]]:
+        a, b = node.inputs
+        return [(a, b), (b, a)] if node.op in ("math.mul", "math.add") else [(a, b)]
+
+    def const(self, ref: Ref) -> float | None:
+        n = self.g.node(ref.node)
+        if n.op != "graph.constant" or n.attrs["value"].size != 1:
+            return None
+        return float(n.attrs["value"].reshape(()))
+
+    def reduce(self, ref: Ref, op: str, axes: tuple[int, ...], keepdims: bool) -> Node | None:
+        n = self.node(ref, op)
+        if n is None or n.attrs["keepdims"] != keepdims:
+            return None
+        rank = self.g.type_of(n.inputs[0]).rank
+        return n if _axes(n, rank) == axes else None
+
+    def scaled_sum(self, ref: Ref, axes: tuple[int, ...], inv_n: float) -> tuple[Node, ...] | None:
+        """``reduce.sum(v, axes, keepdims) * inv_n`` -> (mul, sum), or (sum,) where inv_n is 1
+        (simplify drops the ``* 1.0`` of a row of one)."""
+        if inv_n == 1.0:
+            s = self.reduce(ref, "reduce.sum", axes, True)
+            if s is not None:
+                return (s,)
+        m = self.node(ref, "math.mul")
+        if m is None:
+            return None
+        for a, b in self.pairs(m):
+            s = self.reduce(a, "reduce.sum", axes, True)
+            if s is not None and self.const(b) == inv_n:
+                return m, s
+        return None
+
+    def closed(self, internal: dict[str, Node], outputs: set[str]) -> bool:
+        """No node of ``internal`` but the outputs has a use outside it."""
+        refs: dict[str, int] = {}
+        for n in internal.values():
+            for r in n.inputs:
+                refs[r.node] = refs.get(r.node, 0) + 1
+        return all(refs.get(i, 0) == self.f.uses[i] for i in internal if i not in outputs)
+
+
 def _axes(node: Node, rank: int) -> tuple[int, ...]:
     return norm_axes(node.attrs["axes"], rank)
 
@@ -391,7 +655,7 @@ def _apply(graph: Graph, fusions: list[Fusion]) -> Graph:
     return graph.rebuilt(nodes, outputs)
 
 
-PATTERNS = ("linear", "layer_norm_residual", "softmax", "decomposed_softmax", "elementwise")
+PATTERNS = ("linear", "layer_norm_residual", "softmax", "decomposed_softmax", "norm_grad", "softmax_grad", "elementwise")
 
 
 def fuse(graph: Graph, ctx: PassContext) -> PassResult:

@@ -88,7 +88,7 @@ def load_dataset(name: str, spec: Any, base_dir: Path | str = ".") -> Dataset:
     """
     s = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec)
     source = s.get("source")
-    loaders = {"sklearn": _sklearn, "generated": _generated, "hawkes": _hawkes, "causal_linear": _causal_linear, "npz": _npz, "csv": _csv, "text": _text}
+    loaders = {"sklearn": _sklearn, "generated": _generated, "hawkes": _hawkes, "causal_linear": _causal_linear, "npz": _npz, "csv": _csv, "text": _text, "deeplake": _deeplake}
     if source not in loaders:
         raise DataError(f"dataset '{name}': unknown source {source!r}; {did_you_mean(str(source), loaders)}")
     split = s.get("split") or {"train": 0.8, "val": 0.0, "test": 0.2}
@@ -168,7 +168,7 @@ def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Datase
     n, f, k, noise = s.get("n", 1000), s.get("features", 2), s.get("classes", 2), s.get("noise", 0.1)
     if not isinstance(noise, int | float) or not math.isfinite(noise) or noise < 0:
         raise DataError(f"dataset '{name}': noise must be a finite number >= 0, got {noise!r}")
-    width = {"spirals": 2, "xor": 2, "tones": s.get("length", 256)}.get(kind, f)
+    width = {"spirals": 2, "xor": 2, "tones": s.get("length", 256), "tmaze": 17}.get(kind, f)
     values = max(n * (width + 1), k * f)
     if values > MAX_GENERATED_VALUES:
         raise DataError(f"dataset '{name}': a generated dataset of {n} examples x {width} values is {values:,} "
@@ -207,9 +207,14 @@ def _generated(name: str, s: Mapping[str, Any], fractions, base: Path) -> Datase
         arrays = {"wave": wave[:, None, :], "y": y}
     elif kind == "factors":  # index tuples for codebook factorization (vsa resonator)
         arrays = {f"f{i}": rng.integers(0, k, size=n) for i in range(s.get("factors", 3))}
+    elif kind == "tmaze":  # first steps of T-maze episodes (active_inference.tmaze): at the centre
+        d = np.array([0.5, 0.5, 0, 0, 0, 0, 0, 0])  # D: at the centre, either context
+        arrays = {"obs": np.tile(np.eye(7)[0], (n, 1)), "prior": np.tile(d, (n, 1)),
+                  "context": rng.integers(0, 2, size=n), "cue": np.full(n, 3, dtype=np.int64)}
+        info["classes"] = 4
     else:
         raise DataError(f"dataset '{name}': unknown generated kind {kind!r}; "
-                        + did_you_mean(kind, ("blobs", "spirals", "xor", "regression", "tones", "factors")))
+                        + did_you_mean(kind, ("blobs", "spirals", "xor", "regression", "tones", "factors", "tmaze")))
     return ArrayDataset(name, arrays, fractions, s.get("seed", 0), info, s.get("limit"))
 
 
@@ -269,6 +274,12 @@ def _causal_linear(name: str, s: Mapping[str, Any], fractions, base: Path) -> Da
         x[:, j] = b[j] + x @ w[:, j] + e[:, j]
     info = {"description": f"{n} rows of a {d}-variable linear-Gaussian SCM", "source": "causal_linear"}
     return ArrayDataset(name, {"data": x}, fractions, s.get("seed", 0), info, s.get("limit"))
+
+
+def _deeplake(name: str, s: Mapping[str, Any], fractions, base: Path) -> Dataset:
+    from caramba.data.deeplake import load  # imports deeplake only when a manifest uses it
+
+    return load(name, s, base)
 
 
 # ---- local files --------------------------------------------------------------------------

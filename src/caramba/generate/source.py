@@ -30,9 +30,9 @@ def open_model(model: str, *, backend: str, dtype: str, store: str | None, confi
                 tok, source.prep)
     from caramba.config import load_settings
     from caramba.generate import run_model
-    from caramba.store.runs import RunStore
+    from caramba.store.runs import open_runs
 
-    runs = RunStore(load_settings(config, overrides={"store": store}).store)
+    runs = open_runs(load_settings(config, overrides={"store": store}).store)
     prep, params, rec = run_model(model, store=runs, max_bytes=max_bytes)
     tok = None
     if text:

@@ -223,8 +223,11 @@ def dropout(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> Value:
 
 
 from caramba.manifest import layers_active_inference as _layers_active_inference  # noqa: E402, F401  (agent block)
+from caramba.manifest import layers_causal_discovery as _layers_causal_discovery  # noqa: E402, F401  (NOTEARS)
 from caramba.manifest import layers_decoder as _layers_decoder  # noqa: E402, F401  (decoder LM layers)
 from caramba.manifest import layers_diffusion as _layers_diffusion  # noqa: E402, F401  (diffusion.noise)
 from caramba.manifest import layers_encoder as _layers_encoder  # noqa: E402, F401  (BERT-style attention with a padding mask)
 from caramba.manifest import layers_energy as _layers_energy  # noqa: E402, F401  (predictive_coding, energy, memory)
+from caramba.manifest import layers_onehot as _layers_onehot  # noqa: E402, F401  (nn.one_hot)
 from caramba.manifest import layers_research as _layers_research  # noqa: E402, F401  (hawkes.*, vsa.* layers)
+from caramba.manifest import layers_resonator as _layers_resonator  # noqa: E402, F401  (vsa resonator restarts)

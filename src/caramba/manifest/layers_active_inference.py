@@ -80,3 +80,23 @@ def coupling(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> tuple[Va
         raise CarambaError(f"std must be a finite number >= 0, got {std}")
     return (ctx.param("weight", (c["n_in"], c["n_out"]), "normal", std=float(std)),
             ctx.param("bias", (c["n_out"],), "zeros"))
+
+
+@layer("markov_blanket_graph")
+def graph(ctx: LayerContext, ins: list[Value], c: dict[str, Any]) -> tuple[Value, Value]:
+    """A fixed directed graph for ``markov_blanket.partition``: ``adj [n, n]`` with ``adj[i, j] =
+    1`` for each edge ``sources[k] -> targets[k]``, and the bool mask ``internal [n]``."""
+    if ins:
+        raise CarambaError(f"markov_blanket.graph takes no inputs, got {len(ins)}")
+    n, src, dst, internal = c["nodes"], list(c["sources"]), list(c["targets"]), list(c["internal"])
+    if len(src) != len(dst):
+        raise CarambaError(f"markov_blanket.graph: sources has {len(src)} entries and targets {len(dst)}; "
+                           "give one source and one target per edge")
+    bad = [v for v in src + dst + internal if not 0 <= v < n]
+    if bad:
+        raise CarambaError(f"markov_blanket.graph: node {bad[0]} is outside [0, {n}) (nodes: {n})")
+    adj = np.zeros((n, n))
+    adj[src, dst] = 1.0
+    mask = np.zeros(n, dtype=bool)
+    mask[internal] = True
+    return ctx.const(adj, name="adj"), ctx.const(mask, DType.bool, name="internal")

@@ -198,7 +198,7 @@ class GeneratedData(_Dataset):
     """Synthetic data from a seeded generator."""
 
     source: Literal["generated"]
-    kind: Literal["blobs", "spirals", "xor", "regression", "tones", "factors"] = "blobs"
+    kind: Literal["blobs", "spirals", "xor", "regression", "tones", "factors", "tmaze"] = "blobs"
     n: int = Field(1000, ge=2, le=MAX_EXAMPLES)
     features: int = Field(2, ge=1, le=MAX_DATA_VALUES)
     classes: int = Field(2, ge=2, le=MAX_CLASSES)
@@ -208,7 +208,7 @@ class GeneratedData(_Dataset):
 
     @model_validator(mode="after")
     def _size(self) -> "GeneratedData":
-        width = {"blobs": self.features, "regression": self.features, "tones": self.length}.get(self.kind, 2)
+        width = {"blobs": self.features, "regression": self.features, "tones": self.length, "tmaze": 17}.get(self.kind, 2)
         for what, values in ((f"n * {'length' if self.kind == 'tones' else 'features'}", self.n * width),
                              ("classes * features", self.classes * self.features if self.kind == "blobs" else 0)):
             if values > MAX_DATA_VALUES:
@@ -390,7 +390,49 @@ class TextData(_Dataset):
         return v
 
 
-DatasetSpec = Annotated[SklearnData | GeneratedData | HawkesData | CausalLinearData | NpzData | CsvData | TextData, Field(discriminator="source")]
+class DeeplakeData(Strict):
+    """Columns of a Deep Lake dataset (``pip install caramba[deeplake]``), read in batches, never
+    whole (caramba.data.deeplake). Splits come from a text column of train/val/test per row."""
+
+    source: Literal["deeplake"]
+    path: str = Field(min_length=1, max_length=4096, description="a dataset folder or s3://bucket/prefix")
+    columns: dict[Annotated[str, Field(pattern=IDENT)], Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=dict, max_length=256, description="field -> column (default: every numeric column)")
+    split_column: str = Field("split", min_length=1, max_length=256, description="text column: train, val or test")
+    dtype: dict[str, Literal["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                             "uint32", "bool"]] = Field(default_factory=dict, max_length=256,
+                                                       description="field -> dtype cast to on read")
+    feed: dict[str, str] = Field(default_factory=dict, description="topology input -> dataset field")
+    limit: int | None = Field(default=None, ge=1, le=INT64_MAX, description="use only the first N rows")
+    verify: bool = Field(True, description="check a local dataset's files against the digests caramba data import "
+                         "wrote before reading it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_fractions(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in (("split", "its splits come from its split column (`split_column:`, default `split`)"),
+                             ("seed", "its rows keep their stored order (no seeded shuffle before splitting)")):
+                if key in data:
+                    raise PydanticCustomError("unknown_key", "unknown key '{key}' for a deeplake dataset: {hint}",
+                                              {"key": key, "hint": why})
+        return data
+
+    @field_validator("path")
+    @classmethod
+    def _location(cls, v: str) -> str:
+        if "\x00" in v:
+            raise ValueError("path must not contain NUL characters")
+        if "://" in v and not v.startswith(("s3://", "file://")):
+            raise ValueError(f"path scheme '{v.split('://', 1)[0]}://' is not supported; use a folder or "
+                             "s3://bucket/prefix")
+        if v.startswith("s3://") and not v[5:].split("/", 1)[0]:
+            raise ValueError("an s3 path needs a bucket: s3://bucket/prefix")
+        return v
+
+
+DatasetSpec = Annotated[SklearnData | GeneratedData | HawkesData | CausalLinearData | NpzData | CsvData | TextData
+                        | DeeplakeData, Field(discriminator="source")]
 
 
 class OptimizerSpec(Strict):
@@ -546,6 +588,33 @@ class Tuner(Strict):
         return self
 
 
+# ---- embeddings ----------------------------------------------------------------------------
+
+COLLECTION = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"  # a vector collection (caramba.store.vectors)
+
+
+class Embeddings(Strict):
+    """After a run trains, its model evaluates ``output`` over ``split`` of the trainer's dataset
+    and writes one vector per example, with the run's provenance, into the vector store's
+    ``collection`` (``caramba.store.vectors``; ``caramba search`` finds neighbours)."""
+
+    output: str = Field(min_length=1, max_length=200, description="a topology output or node (published value)")
+    split: Literal["train", "val", "test"] = "test"
+    collection: str = Field(max_length=1000, description="letters, digits, _ and -, at most 63")
+    distance: Literal["cosine", "dot", "euclid"] = "cosine"
+    label: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="dataset field kept as each point's label (default: y when it is one number)")
+    limit: int | None = Field(default=None, ge=1, le=MAX_EXAMPLES, description="write only the first N examples")
+
+    @field_validator("collection")
+    @classmethod
+    def _collection(cls, v: str) -> str:
+        if not re.fullmatch(COLLECTION, v):
+            raise ValueError(f"{short(v)} is not a collection name (1 to 63 letters, digits, _ and -, "
+                             "starting with a letter or digit)")
+        return v
+
+
 # ---- fine-tuning ---------------------------------------------------------------------------
 
 Glob = Annotated[str, Field(min_length=1, max_length=1000)]
@@ -590,6 +659,7 @@ class Manifest(Strict):
     checkpoints: Checkpoints = Field(default_factory=Checkpoints)
     targets: list[Target] = Field(default_factory=list)
     tuner: Tuner | None = None
+    embeddings: Embeddings | None = Field(default=None, description="write a named output's vectors after each run")
 
     @field_validator("targets")
     @classmethod
@@ -710,6 +780,32 @@ def check_references(m: Manifest, doc: Document) -> list[ManifestError]:
         if src not in published:
             out.append(doc.error(("topology", "outputs", name), f"output '{name}' names '{src}', which no node "
                                  f"produces; {did_you_mean(src, published)}"))
+    out += _check_embeddings(m, doc, published)
+    return out
+
+
+def _check_embeddings(m: Manifest, doc: Document, published: set[str]) -> list[ManifestError]:
+    """``embeddings``: a published value that inference computes, and a split the dataset has."""
+    e = m.embeddings
+    if e is None:
+        return []
+    out: list[ManifestError] = []
+    names = set(m.topology.outputs) | published
+    if e.output not in names:
+        out.append(doc.error(("embeddings", "output"), f"{short(e.output)} is not a topology output "
+                             f"nor a node's value; {did_you_mean(e.output, names)}"))
+    elif (m.trainer is not None and e.output == m.trainer.loss) or e.output in m.metrics:
+        out.append(doc.error(("embeddings", "output"), f"'{e.output}' is a loss or metric (a scalar "
+                             "per batch); name a per-example value such as a hidden layer or the logits"))
+    if m.trainer is None:
+        out.append(doc.error(("embeddings",), "embeddings are written after a run trains; this manifest has no trainer"))
+        return out
+    ds_name = m.trainer.data or (next(iter(m.datasets)) if len(m.datasets) == 1 else None)
+    spec = m.datasets.get(ds_name) if ds_name else None
+    fractions = getattr(spec, "split", None)  # (a deeplake dataset's splits are known when it is read)
+    if isinstance(fractions, Split) and getattr(fractions, e.split) == 0:
+        out.append(doc.error(("embeddings", "split"), f"dataset '{ds_name}' has no {e.split} examples "
+                             f"(its split.{e.split} is 0); choose a split it has or give it a share"))
     return out
 
 
@@ -806,7 +902,7 @@ def is_name(s: str) -> bool:
 
 
 __all__ = [
-    "Arm", "CausalLinearData", "Checkpoints", "CsvData", "DatasetSpec", "FromSafetensors", "SklearnData", "GeneratedData", "HawkesData", "InputSpec", "LoraSpec",
+    "Arm", "CausalLinearData", "Checkpoints", "CsvData", "DatasetSpec", "DeeplakeData", "Embeddings", "FromSafetensors", "SklearnData", "GeneratedData", "HawkesData", "InputSpec", "LoraSpec",
     "Manifest", "ModelSpec", "NodeSpec", "NpzData", "OptimizerSpec", "Run", "Schedule", "Split", "Strict", "Target", "TextData", "Topology",
     "Trainer", "Tuner", "validate",
 ]

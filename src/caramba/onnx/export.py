@@ -381,9 +381,20 @@ def _swiglu(c: Ctx, node, xs, ins):
     return c.op("Mul", silu(c, gate, d), up)
 
 
+# What a lowering checks at run time, by op (ONNX has no assert: a check is a Gather whose index
+# goes out of range when it fails, and the onnx runner adds this text to ORT's bare message).
+RUNTIME_CHECKS: dict[str, str] = {}
+
+
 # ---- linalg -------------------------------------------------------------------------------
 @rule("linalg.matmul")
 def _matmul(c: Ctx, node, xs, ins):
+    if ins[1].rank == 1 and ins[0].rank >= 2:
+        # a matrix times a vector as [.., n] @ [n, 1], then the 1 dropped: ONNX Runtime (1.32, at
+        # its default optimization level) fuses MatMul(Transpose(A), v) with a 1-D v into wrong
+        # values; with a 2-D right operand it is right
+        column = c.op("Unsqueeze", xs[1], c.ints([1]))
+        return c.op("Squeeze", c.op("MatMul", xs[0], column), c.ints([-1]))
     return c.op("MatMul", *xs)
 
 
@@ -846,6 +857,9 @@ def _rope(c: Ctx, node, xs, ins):
     return c.op("Concat", a, b, axis=-1)
 
 
-__all__ = ["ORT_CPU", "RULES", "STANDARD", "Exported", "Profile", "export_graph", "rule"]
+__all__ = ["ORT_CPU", "RULES", "RUNTIME_CHECKS", "STANDARD", "Exported", "Profile", "export_graph", "rule"]
 
+from caramba.onnx import export_active_inference as _active_inference  # noqa: E402,F401  (active_inference.*, markov_blanket.mutual_information rules)
+from caramba.onnx import export_predictive_coding as _predictive_coding  # noqa: E402,F401  (predictive_coding.* rules)
+from caramba.onnx import export_research as _research  # noqa: E402,F401  (fft, vsa, causal, hawkes rules)
 from caramba.onnx import export_train as _train  # noqa: E402,F401  (registers the train.* rules)

@@ -76,6 +76,10 @@ def node_cost(graph: Graph, node: Node) -> Cost:
         flops = out * 12
     elif op in ("fused.layer_norm_residual", "nn.layer_norm", "nn.rms_norm", "nn.group_norm"):
         flops = out * 8
+    elif op in ("fused.layer_norm_grad", "fused.rms_norm_grad"):
+        flops = ins[0].size * 12  # statistics, two sums, dx (and the dgamma/dbeta sums)
+    elif op in ("fused.softmax_grad", "fused.log_softmax_grad"):
+        flops = out * (4 if op == "fused.softmax_grad" else 11)  # log_softmax: exp(y) per element
     elif op in ("nn.conv1d", "nn.conv2d"):
         w = ins[1].shape
         flops = 2 * out * prod(w[1:])

@@ -18,7 +18,8 @@ Both are linear, and their VJPs are each other up to the weights ``w_k``:
 
 (the imaginary cotangent of the DC and Nyquist terms of ``irfft`` is 0: they do not reach the
 output). Backends compute these with their own FFT (cpu: ``numpy.fft``, xla: ``jnp.fft``);
-``float32`` inputs give ``float32`` outputs.
+``float32`` inputs give ``float32`` outputs. onnx computes them as one MatMul with a precomputed
+DFT matrix, for n <= 4096 (``caramba.onnx.export_research``).
 """
 
 from __future__ import annotations

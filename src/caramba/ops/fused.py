@@ -11,6 +11,9 @@ where its Capabilities declare the fusion legal (``caps.can_fuse(pattern, dtype)
   the sum ``x + r`` is a second output (the residual stream of a pre-LN block).
 - ``fused.softmax(*inputs, expr, axis)``: ``softmax(prologue)`` where the prologue is an
   elementwise sub-expression (e.g. scores * scale + mask), computed row by row.
+- ``fused.layer_norm_grad`` / ``fused.rms_norm_grad`` / ``fused.softmax_grad`` /
+  ``fused.log_softmax_grad``: the VJP chains of the row ops (``autodiff/rules/nn.py``) as one
+  node: dx, and for the norms dgamma / dbeta (sums over the leading axes) where the graph has them.
 
 Every fused node keeps the ID of the node whose value it computes and names the IDs it
 replaced (in its steps and in its origin note), so errors point back to the source graph.
@@ -298,4 +301,103 @@ def requirements(op_id: str, ins: tuple[ValueType, ...], attrs: Attrs) -> list[t
         out.append((linear_pattern(attrs["activation"]), frozenset(t.dtype for t in ins)))
     elif op_id == "fused.layer_norm_residual":
         out.append((LAYER_NORM_RESIDUAL, frozenset(t.dtype for t in ins)))
+    elif op_id in GRAD_OPS:
+        out += grad_requirements(op_id, ins)
     return out
+
+
+# ---- backward row kernels: what the fuse pass makes of the VJP chains of nn.layer_norm,
+# nn.rms_norm, nn.softmax and nn.log_softmax (autodiff/rules/nn.py) ----------------------------
+# The VJP rules stay chains of primitive ops (every backend runs them, and they differentiate
+# again); a backend that declares one of these patterns gets the chain as one node.
+
+LAYER_NORM_GRAD = "fused.layer_norm_grad"
+RMS_NORM_GRAD = "fused.rms_norm_grad"
+SOFTMAX_GRAD = "fused.softmax_grad"
+LOG_SOFTMAX_GRAD = "fused.log_softmax_grad"
+
+
+def _norm_grad(op_id: str, centered: bool):
+    def infer(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+        x, ct = ins[0], ins[1]
+        same_dtype(op_id, ins)
+        require_dtype(op_id, x, FLOATS)
+        if x.shape != ct.shape:
+            raise GraphError(f"{op_id} needs x and its cotangent of one shape, got {x} and {ct}")
+        if x.rank == 0:
+            raise GraphError(f"{op_id} needs inputs of rank >= 1")
+        axis = norm_axis(a["axis"], x.rank)
+        tail = ValueType(x.shape[axis:], x.dtype)
+        if len(ins) == 3 and ins[2].shape != tail.shape:
+            raise GraphError(f"{op_id} gamma must have shape {list(tail.shape)}, got {list(ins[2].shape)}")
+        outs = [x]
+        if a["with_dgamma"]:
+            outs.append(tail)
+        if centered and a["with_dbeta"]:
+            outs.append(tail)
+        return tuple(outs)
+
+    return infer
+
+
+_NORM_GRAD_ATTRS = (Attr("axis", "int", -1), Attr("eps", "float", 1e-5),
+                    Attr("with_dgamma", "bool", False, doc="also output sum(ct * xhat) over the leading axes"))
+
+layer_norm_grad = define(
+    LAYER_NORM_GRAD,
+    _norm_grad(LAYER_NORM_GRAD, True),
+    (2, 3),
+    _NORM_GRAD_ATTRS + (Attr("with_dbeta", "bool", False, doc="also output sum(ct) over the leading axes"),),
+    differentiable=False,
+    doc="(x, ct, gamma?) -> dx [, dgamma] [, dbeta]: the VJP of nn.layer_norm over axes axis.. in one row pass.",
+)
+
+rms_norm_grad = define(
+    RMS_NORM_GRAD,
+    _norm_grad(RMS_NORM_GRAD, False),
+    (2, 3),
+    _NORM_GRAD_ATTRS,
+    differentiable=False,
+    doc="(x, ct, gamma?) -> dx [, dgamma]: the VJP of nn.rms_norm over axes axis.. in one row pass.",
+)
+
+
+def _softmax_grad(op_id: str):
+    def infer(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+        y, ct = ins
+        same_dtype(op_id, ins)
+        require_dtype(op_id, y, FLOATS)
+        if y.shape != ct.shape:
+            raise GraphError(f"{op_id} needs the forward output and its cotangent of one shape, got {y} and {ct}")
+        if y.rank == 0:
+            raise GraphError(f"{op_id} needs inputs of rank >= 1")
+        norm_axis(a["axis"], y.rank)
+        return (y,)
+
+    return infer
+
+
+softmax_grad = define(
+    SOFTMAX_GRAD,
+    _softmax_grad(SOFTMAX_GRAD),
+    2,
+    (Attr("axis", "int", -1),),
+    differentiable=False,
+    doc="(y, ct) -> y * (ct - sum(ct * y, axis)): the VJP of nn.softmax given its output y.",
+)
+
+log_softmax_grad = define(
+    LOG_SOFTMAX_GRAD,
+    _softmax_grad(LOG_SOFTMAX_GRAD),
+    2,
+    (Attr("axis", "int", -1),),
+    differentiable=False,
+    doc="(y, ct) -> ct - exp(y) * sum(ct, axis): the VJP of nn.log_softmax given its output y.",
+)
+
+GRAD_OPS = (LAYER_NORM_GRAD, RMS_NORM_GRAD, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD)
+
+
+def grad_requirements(op_id: str, ins: tuple[ValueType, ...]) -> list[tuple[str, frozenset]]:
+    """The pattern a backend declares to compute one of ``GRAD_OPS`` (named as the op)."""
+    return [(op_id, frozenset(t.dtype for t in ins))]

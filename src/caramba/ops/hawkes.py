@@ -55,6 +55,9 @@ cotangent first, then the op's inputs, and returns the cotangents of its float p
 Intensity and kernel matrix are dense (O(Q N M K) and O(N^2 K)) and differentiate analytically.
 The stationary mean rate is ``Lambda = (I - A)^{-1} mu`` with ``A_ij = sum_k alpha_ijk``,
 when the spectral radius of ``A`` is below 1 (Laub et al. eq. (6)).
+
+Backends: cpu and xla run the ``*_xp`` definitions below; onnx lowers every op but ``simulate``
+in ``caramba.onnx.export_research`` (the recursion as an ONNX Scan).
 """
 
 from __future__ import annotations

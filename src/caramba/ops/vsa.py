@@ -39,6 +39,9 @@ each other's transpose; ``bundle`` (HRR) broadcasts the cotangent back over ``ax
 The resonator network that factorizes a bound product (Frady, Kent, Olshausen & Sommer 2020,
 "Resonator networks", Neural Computation 32(12)) is the ``block.vsa.resonator`` asset, built
 from these ops (docs/research_ops.md).
+
+Backends: cpu and xla run the ``*_xp`` definitions below; onnx lowers each op in
+``caramba.onnx.export_research``.
 """
 
 from __future__ import annotations

@@ -105,7 +105,11 @@ class Cluster:
         run_store: str | os.PathLike | None = None,
     ) -> None:
         self.kind = cluster
-        self.run_store = str(Path(run_store).absolute()) if run_store is not None else None
+        if run_store is not None:  # a URL stays a URL (each worker opens its own replica); a folder is made absolute
+            from caramba.store.registry import is_url
+
+            run_store = str(run_store) if is_url(run_store) else str(Path(run_store).absolute())
+        self.run_store = run_store
         self.root = Path(root).absolute()
         self.n_workers = workers if workers is not None else (2 if cluster == "ray" else 1)
         self.storage_url = storage_url
@@ -239,6 +243,24 @@ def run_cluster(
         if manifest_path is None:
             raise ClusterError("run_cluster needs a manifest path or explicit run specs")
         from caramba.orchestrator.manifest import run_specs
+        from caramba.orchestrator.tuned import run_cluster_tuned, sequential_tuner
+
+        ov = [f"{k}={v}" for k, v in overrides.items()] if isinstance(overrides, dict) else list(overrides or [])
+        tuned = sequential_tuner(manifest_path, ov, backend, target)
+        if tuned is not None:  # grid/random/active_inference: the tuner submits one chosen run at a time
+            if runs is not None:
+                raise ClusterError("a manifest whose tuner chooses its runs (tuner.strategy) runs as a whole; "
+                                   "drop the run selection, or use tuner.strategy: all")
+            if run_store is None:
+                from caramba.config import settings
+
+                run_store = settings().store
+            if root is None:
+                from caramba.config import settings
+
+                root = Path(settings().store) / "cluster"
+            return run_cluster_tuned(manifest_path, tuned[0], tuned[1], lambda: Cluster(
+                cluster, root=root, workers=workers, run_store=run_store, **options), run_store, timeout)
 
         specs = run_specs(manifest_path, runs, overrides=overrides, backend=backend, target=target)
         if run_store is None:

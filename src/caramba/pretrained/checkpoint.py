@@ -79,6 +79,19 @@ class TensorInfo:
         return math.prod(self.shape) * self.itemsize
 
 
+class _Duplicate(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
 def _read_header(path: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file, checked against the file's size."""
     try:
@@ -96,8 +109,10 @@ def _read_header(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CheckpointFormatError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
     try:
-        header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        header = json.loads(raw, object_pairs_hook=_no_duplicates)
+    except _Duplicate as exc:
+        raise CheckpointFormatError(f"{path.name}: the header names tensor '{exc.args[0]}' twice") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise CheckpointFormatError(f"{path.name}: the header is not JSON; this is not a safetensors file") from None
     if not isinstance(header, dict):
         raise CheckpointFormatError(f"{path.name}: the header is not a JSON object")
@@ -118,12 +133,13 @@ def _tensors_of(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
         if not isinstance(info, dict):
             raise bad("has no header entry")
         code = info.get("dtype")
-        if code not in CODES and code not in OTHER_CODES:
+        if not isinstance(code, str) or (code not in CODES and code not in OTHER_CODES):
             raise bad(f"has dtype {code!r}, which is not a safetensors dtype")
         shape, offsets = info.get("shape"), info.get("data_offsets")
         if (not isinstance(shape, list) or len(shape) > MAX_RANK
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
-            raise bad(f"has a bad shape {shape!r}")
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+                or math.prod(max(s, 1) for s in shape) >= 2**62):  # NumPy's limit, even for an empty array
+            raise bad(f"has a bad shape {str(shape)[:200]}")
         if (not isinstance(offsets, list) or len(offsets) != 2
                 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
             raise bad(f"has bad data_offsets {offsets!r}")
@@ -149,8 +165,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise CheckpointFormatError(f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointFormatError(f"{what} {path.name} is not JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CheckpointFormatError(f"{what} {path.name} is not JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(data, dict):
         raise CheckpointFormatError(f"{what} {path.name} must be a JSON object")
     return data

@@ -30,6 +30,8 @@ class ProgramError(CarambaError):
 
 def _ints(v: Any, what: str) -> list[int]:
     items = v if isinstance(v, (list, tuple)) else [v]
+    if set(map(type, items)) <= {int}:  # the common case, without a Python loop
+        return list(items)
     out = []
     for t in items:
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
@@ -252,14 +254,25 @@ class Counter:
 
 
 class TokenBuffer:
+    MAX_TOKENS = 1 << 22  # a buffer that grows past this (a loop doubling it) is a ProgramError
+
     def __init__(self, decl: Decl) -> None:
         self.initial = list(decl.config["initial"])
         self.tokens = list(self.initial)
 
+    def _fits(self, n: int) -> None:
+        if n > self.MAX_TOKENS:
+            raise ProgramError(f"a token buffer would hold {n:,} tokens, more than its limit of {self.MAX_TOKENS:,}",
+                               hint="bound the loop that appends to it, or state.reset it")
+
     def extend(self, items: Sequence[Any]) -> None:
-        self.tokens.extend(_ints(list(items), "a token buffer's items"))
+        items = list(items) if isinstance(items, (list, tuple)) else [items]
+        self._fits(len(self.tokens) + len(items))
+        self.tokens.extend(_ints(items, "a token buffer's items"))
 
     def set(self, v: Any) -> None:
+        if isinstance(v, (list, tuple)):
+            self._fits(len(v))
         self.tokens = _ints(v, "a token buffer's value")
 
     def add(self, n: int) -> None:

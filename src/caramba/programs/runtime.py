@@ -20,6 +20,44 @@ from caramba.programs.graphs import GRAPHS, ProgramError, make_state
 from caramba.programs.spec import Program, Step
 from caramba.programs.steps import Signal
 
+# What one variable (or an input line) may hold: elements of its lists and dicts plus characters of
+# its strings, all nesting levels together, and how deep its lists nest. A program that doubles a
+# list in a loop, or nests a list in itself, stops here with a ProgramError at its step instead of
+# exhausting memory (or hanging in a copy or comparison of an exponentially large value).
+MAX_VALUE_ITEMS = 1 << 22
+MAX_VALUE_DEPTH = 16
+_SCALARS = {int, float, bool, type(None)}
+
+
+def value_too_large(value: Any, limit: int = MAX_VALUE_ITEMS, max_depth: int = MAX_VALUE_DEPTH) -> str | None:
+    """Why ``value`` is over the limits (None when it is within them). The walk stops as soon as it
+    has counted ``limit`` elements, so it costs O(limit) even for a value that shares a list with
+    itself exponentially often."""
+    count = len(value) if isinstance(value, (str, list, tuple, dict)) else 0  # a container counts when found
+    stack: list[tuple[Any, int]] = [(value, 0)] if isinstance(value, (list, tuple, dict)) else []
+    while stack and count <= limit:
+        v, depth = stack.pop()
+        items = v.values() if isinstance(v, dict) else v
+        kinds = set(map(type, items))  # in C: a flat list of numbers (token IDs) costs no Python loop
+        if kinds <= _SCALARS:
+            continue
+        if kinds <= {str}:
+            count += sum(map(len, items))
+            continue
+        for x in items:
+            if isinstance(x, str):
+                count += len(x)
+            elif isinstance(x, (list, tuple, dict)):
+                if depth + 1 >= max_depth:
+                    return f"it nests lists more than {max_depth} deep"
+                count += len(x)
+                if count > limit:
+                    break
+                stack.append((x, depth + 1))
+    if count > limit:
+        return f"it holds more than {limit:,} elements and characters"
+    return None
+
 
 @dataclass
 class Result:
@@ -70,9 +108,9 @@ class Machine:
     def run_store(self) -> Any:
         if self._store is None:
             from caramba.config import load_settings
-            from caramba.store.runs import RunStore
+            from caramba.store.runs import open_runs
 
-            self._store = RunStore(load_settings(self.config, overrides={"store": self.store}).store)
+            self._store = open_runs(load_settings(self.config, overrides={"store": self.store}).store)
         return self._store
 
     def path(self, p: str | Path) -> Path:
@@ -85,7 +123,9 @@ class Machine:
             self.output.flush()
 
     def read_line(self) -> str | None:
-        line = self.input.readline()
+        line = self.input.readline(MAX_VALUE_ITEMS + 1)
+        if len(line) > MAX_VALUE_ITEMS:
+            raise ProgramError(f"an input line is longer than {MAX_VALUE_ITEMS:,} characters")
         return line if line else None
 
     def truth(self, s: Step, port: str) -> bool:
@@ -101,6 +141,10 @@ class Machine:
                 src = spec.outputs[port].inplace if port in spec.outputs else None
                 var = s.inputs.get(src) if src else None
             if var is not None:
+                why = value_too_large(value)
+                if why is not None:
+                    raise ProgramError(f"step '{s.id}' ({s.op}): output '{port}' (variable '{var}') is too large: "
+                                       f"{why}", origin=s.loc, hint="bound the loop that grows it")
                 self.vars[var] = value
 
     def run_body(self, s: Step) -> Signal | None:
@@ -173,4 +217,4 @@ def _sampler(decl: Any) -> Any:
     return GREEDY if decl.type == "greedy" else Sampler(**decl.config)
 
 
-__all__ = ["Machine", "Result"]
+__all__ = ["MAX_VALUE_DEPTH", "MAX_VALUE_ITEMS", "Machine", "Result", "value_too_large"]

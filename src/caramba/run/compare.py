@@ -71,6 +71,9 @@ class RunRow:
     final: dict[str, float] = field(default_factory=dict)
     best: dict[str, float] = field(default_factory=dict)
     best_step: dict[str, int] = field(default_factory=dict)
+    # the tuner's decision that started the run: {strategy, step, arm, reason, belief} (belief: the
+    # chosen arm's posterior {n, mean, std, G, q} for active_inference, else absent); {} without one
+    tuner: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -133,11 +136,13 @@ class Comparison:
     def table(self, metrics: Sequence[str] | None = None) -> str:
         """The comparison as plain text: the runs, then the arm ranking."""
         cols = list(metrics) if metrics is not None else self.metrics
-        header = ["run", "arm", "seed", "status", *self.params, *(f"{m} final" for m in cols),
-                  *(f"{m} best" for m in cols if direction(m))]
+        tuned = any(r.tuner for r in self.runs)
+        header = ["run", "arm", "seed", "status", *(TUNER_COLUMNS if tuned else ()), *self.params,
+                  *(f"{m} final" for m in cols), *(f"{m} best" for m in cols if direction(m))]
         rows = [header]
         for r in self.ranked_runs():
-            rows.append([r.id, r.arm or "-", str(r.seed), r.status, *(_fmt(r.params.get(p)) for p in self.params),
+            rows.append([r.id, r.arm or "-", str(r.seed), r.status, *(tuner_cells(r.tuner) if tuned else ()),
+                         *(_fmt(r.params.get(p)) for p in self.params),
                          *(_fmt(r.final.get(m)) for m in cols), *(_fmt(r.best.get(m)) for m in cols if direction(m))])
         out = [_grid(rows)]
         if self.ranking and self.metric:
@@ -303,7 +308,45 @@ def _row(store: Any, rec: Any) -> RunRow:
     return RunRow(id=rec.id, experiment=rec.experiment, status=rec.status, arm=rec.arm, target=rec.target, run=rec.run_name,
                   seed=rec.seed, backend=rec.backend, group_id=rec.group_id, created=rec.created, started=rec.started,
                   finished=rec.finished, step=rec.step, steps=rec.steps, tags=list(rec.tags), note=rec.note,
-                  params=params, overrides=overrides, final=final, best=best, best_step=best_step)
+                  params=params, overrides=overrides, final=final, best=best, best_step=best_step,
+                  tuner=tuner_decision(rec))
+
+
+TUNER_COLUMNS = ("tuner", "tuner step", "chosen arm", "belief")
+
+
+def tuner_decision(rec: Any) -> dict[str, Any]:
+    """The tuner's decision recorded with run ``rec`` (``config.tuner``, written by
+    ``caramba.run.engine.run_tuned``): strategy, step, chosen arm, reason, and for
+    ``active_inference`` the chosen arm's belief at the time; ``{}`` for a run no tuner chose."""
+    cfg = _config(rec).get("tuner")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("strategy"), str):
+        return {}
+    out: dict[str, Any] = {"strategy": cfg["strategy"], "arm": str(cfg.get("arm", "")), "reason": str(cfg.get("reason", ""))}
+    step = cfg.get("step")
+    out["step"] = step if isinstance(step, int) and not isinstance(step, bool) else None
+    beliefs = cfg.get("beliefs")
+    belief = beliefs.get(out["arm"]) if isinstance(beliefs, dict) else None
+    if isinstance(belief, dict):
+        out["belief"] = {k: (v if isinstance(v, int) else float(v) if math.isfinite(v) else None)
+                         for k, v in belief.items() if k in ("n", "mean", "std", "G", "q")
+                         and isinstance(v, int | float) and not isinstance(v, bool)}
+    return out
+
+
+def tuner_cells(dec: dict[str, Any]) -> list[str]:
+    """The ``TUNER_COLUMNS`` cells of one run."""
+    if not dec:
+        return ["-", "-", "-", "-"]
+    b = dec.get("belief") or {}
+    if b:
+        parts = [f"mean {_fmt(b.get('mean'))} ± {_fmt(b.get('std'))}" if "mean" in b else "",
+                 f"G {_fmt(b.get('G'))}" if "G" in b else "", f"q {_fmt(b.get('q'))}" if "q" in b else ""]
+        belief = ", ".join(p for p in parts if p)
+    else:
+        belief = dec.get("reason") or "-"
+    step = dec.get("step")
+    return [dec["strategy"], "-" if step is None else str(step), dec.get("arm") or "-", belief]
 
 
 def _config(rec: Any) -> dict[str, Any]:

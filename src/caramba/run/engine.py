@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -230,33 +230,18 @@ def run_tuned(plans: list[RunPlan], tuner: Any, store: Any, progress: Progress |
     The ``j``-th pull of an arm runs the arm's planned (target, run) pairs in order, cycling;
     a repeat (cycle ``c > 0``) runs with ``pull_seed(seed, c)``. Each run's config records the
     decision: ``config.tuner = {strategy, step, budget, arm, reason, beliefs}``."""
-    from caramba.run.tuner import MAX_BUDGET, Chooser, pull_seed
+    from caramba.run.tuner import TunedPlans
 
-    by_arm: dict[str, list[RunPlan]] = {a.id: [] for a in tuner.arms}
-    for p in plans:
-        by_arm[p.arm].append(p)
-    budget = min(tuner.budget if tuner.budget is not None else len(plans), MAX_BUDGET)
-    chooser = Chooser.from_tuner(tuner, budget)
-    pulls = dict.fromkeys(by_arm, 0)
+    seq = TunedPlans(tuner, plans)
     results: list[RunResult] = []
-    for _ in range(budget):
-        decision = chooser.choose()
-        pool = by_arm[decision.arm_id]
-        j = pulls[decision.arm_id]
-        pulls[decision.arm_id] = j + 1
-        base = pool[j % len(pool)]
-        cycle = j // len(pool)
-        plan = base if cycle == 0 else replace(
-            base, run=base.run.model_copy(update={"seed": pull_seed(base.run.seed, cycle)}), cycle=cycle)
+    for decision, plan in seq:
         if on_decision is not None:
             on_decision(decision)
         result = execute(plan, store, progress, group, tuner=decision.to_json())
-        value = result.summary.get(tuner.metric) if result.status == "finished" else None
-        chooser.observe(decision.arm, value)
+        seq.observe(decision, result.summary.get(tuner.metric) if result.status == "finished" else None)
         results.append(result)
     if results:  # the beliefs after the last observation, with the tuner's pick, on the last run
-        final = chooser.beliefs().as_json(chooser.arm_ids) if tuner.strategy == "active_inference" else {}
-        store.update_config(results[-1].run_id, {"tuner_final": {"best": chooser.best(), "beliefs": final}})
+        store.update_config(results[-1].run_id, {"tuner_final": seq.final()})
     return results
 
 
@@ -362,6 +347,9 @@ def _drive(spec: Any, store: Any, progress: Progress, label: str, record: str) -
     result = RunResult(rec.id, label, status, rec.summary if status == "finished" else {}, rec.error)
     if status == "finished":
         _plots(store, rec.id, rec.experiment, rec.summary)
+        from caramba.store.vectors import embed_after_run
+
+        result = embed_after_run(store, rec, result)  # the manifest's embeddings into the vector store
     progress.end(result)
     return result
 

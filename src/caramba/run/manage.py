@@ -67,7 +67,16 @@ def delete_run(store: Any, ref: str, *, reason: str = "", ask: Ask | None = None
     subject = str(rec.config.get("ledger_run") or rec.id) if isinstance(rec.config, dict) else rec.id
     done = Deletion(rec.id, reason=reason)
     ledger = ledger_root(store) / "notary" / "ledger.sqlite"
-    if ask is None and ledger.exists():
+    from caramba.store.registry import remote_of
+
+    remote = remote_of(ledger_root(store))  # an s3:// store: its ledger is in the bucket, the file a replica
+    if remote is not None and ask is None:
+        from caramba.actors.ledger_s3 import ledger_exists
+
+        has_ledger = ledger_exists(remote)
+    else:
+        has_ledger = ledger.exists()
+    if ask is None and has_ledger:
         from caramba.actors.services import start_services
         from caramba.actors.system import ActorSystem
 

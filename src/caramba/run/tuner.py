@@ -44,7 +44,7 @@ tuner's recommendation is the arm with the largest ``mu_a`` among the arms tried
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,5 +238,79 @@ def pull_seed(seed: int, cycle: int) -> int:
     return (seed + cycle * SEED_STRIDE) % SEED_MOD
 
 
-__all__ = ["Beliefs", "Chooser", "Decision", "MAX_BUDGET", "SEQUENTIAL", "STRATEGIES", "beliefs", "decision_text", "pull_seed",
-           "standardize"]
+__all__ = ["Beliefs", "Chooser", "Decision", "MAX_BUDGET", "SEQUENTIAL", "STRATEGIES", "TunedPlans", "beliefs", "decision_text",
+           "pull_seed", "standardize", "tuned_jobs"]
+
+
+class TunedPlans:
+    """The runs a sequential tuner chooses, one at a time: iterating yields ``(decision, plan)``
+    (``budget`` steps at most); call ``observe(decision, value)`` with the run's ``tuner.metric``
+    (None: a failure) before asking for the next. The ``j``-th pull of an arm runs the arm's
+    planned (target, run) pairs in order, cycling; a repeat (cycle ``c > 0``) runs with
+    ``pull_seed(seed, c)``. One place for every driver: the engine, ``caramba serve``, --cluster."""
+
+    def __init__(self, tuner: Any, plans: Sequence[Any]) -> None:
+        self.tuner = tuner
+        self.by_arm: dict[str, list[Any]] = {a.id: [] for a in tuner.arms}
+        for p in plans:
+            self.by_arm[p.arm].append(p)
+        self.budget = min(tuner.budget if tuner.budget is not None else len(plans), MAX_BUDGET)
+        self.chooser = Chooser.from_tuner(tuner, self.budget)
+        self.pulls = dict.fromkeys(self.by_arm, 0)
+
+    def __iter__(self) -> Iterator[tuple["Decision", Any]]:
+        for _ in range(self.budget):
+            decision = self.chooser.choose()
+            yield decision, self._plan(decision)
+
+    def _plan(self, decision: "Decision") -> Any:
+        from dataclasses import replace
+
+        pool = self.by_arm[decision.arm_id]
+        j = self.pulls[decision.arm_id]
+        self.pulls[decision.arm_id] = j + 1
+        base = pool[j % len(pool)]
+        cycle = j // len(pool)
+        if cycle == 0:
+            return base
+        return replace(base, run=base.run.model_copy(update={"seed": pull_seed(base.run.seed, cycle)}), cycle=cycle)
+
+    def observe(self, decision: "Decision", value: float | None) -> None:
+        self.chooser.observe(decision.arm, value)
+
+    def final(self) -> dict[str, Any]:
+        """What the last run's config records as ``tuner_final``: the pick and (active
+        inference) the beliefs after the last observation."""
+        beliefs = self.chooser.beliefs().as_json(self.chooser.arm_ids) if self.tuner.strategy == "active_inference" else {}
+        return {"best": self.chooser.best(), "beliefs": beliefs}
+
+
+def tuned_jobs(plans: Sequence[Any], tuner: Any, store: Any, group: str = "", data_roots: list[str] | None = None,
+               on_decision: Any = None) -> Iterator[Any]:
+    """``caramba.run.engine.run_tuned`` one step at a time, for callers that run each run in
+    their own slot with its own progress object (``caramba serve``, the ``--cluster`` driver):
+    each item is a job ``job(progress) -> RunResult`` that runs the step's chosen run; the next
+    decision is made only when the next item is asked for, after the previous job ran (a job
+    that was never run ends the sequence). Decisions, seeds of repeated pulls, the recorded
+    ``config.tuner`` and the final ``tuner_final`` are the same as ``run_tuned``'s."""
+    from caramba.run.engine import execute
+
+    seq = TunedPlans(tuner, plans)
+    last: Any = None
+    for decision, plan in seq:
+        box: dict[str, Any] = {}
+
+        def job(progress: Any, plan: Any = plan, decision: Decision = decision, box: dict[str, Any] = box) -> Any:
+            if on_decision is not None:
+                on_decision(decision)
+            box["result"] = execute(plan, store, progress, group, data_roots, tuner=decision.to_json())
+            return box["result"]
+
+        yield job
+        result = box.get("result")
+        if result is None:
+            break
+        seq.observe(decision, result.summary.get(tuner.metric) if result.status == "finished" else None)
+        last = result
+    if last is not None:
+        store.update_config(last.run_id, {"tuner_final": seq.final()})

@@ -223,6 +223,10 @@ class RunStore:
             db.executescript(SCHEMA)
             _migrate(db)
 
+    def _now(self) -> float:
+        """The time recorded for a change (a replicated store replays changes at their time)."""
+        return time.time()
+
     @contextmanager
     def _db(self):
         try:
@@ -251,7 +255,7 @@ class RunStore:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment)[:40] or "run"
         run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
-        now = time.time()
+        now = self._now()
         folder = self.run_dir(run_id)
         try:  # the folder first: a store that cannot hold the run's files records no run
             folder.mkdir(parents=True, exist_ok=True)
@@ -275,14 +279,14 @@ class RunStore:
 
     def start(self, run_id: str, owner: str | None = None) -> None:
         """Mark a run running in this process (``owner``: ``host:pid``, default this process)."""
-        now = time.time()
+        now = self._now()
         with self._db() as db:
             db.execute("UPDATE runs SET status='running', started=COALESCE(started, ?), finished=NULL, error='',"
                        " heartbeat=?, owner=? WHERE id=?", (now, now, owner or this_process(), run_id))
 
     def heartbeat(self, run_id: str) -> None:
         with self._db() as db:
-            db.execute("UPDATE runs SET heartbeat=? WHERE id=?", (time.time(), run_id))
+            db.execute("UPDATE runs SET heartbeat=? WHERE id=?", (self._now(), run_id))
 
     def interrupt(self, run_id: str, reason: str) -> None:
         """Record that a run stopped before its end and can be resumed."""
@@ -299,7 +303,7 @@ class RunStore:
                           artifact: "Artifact | None" = None) -> None:
         """One transaction: the metric rows up to ``step``, the checkpoint artifact and the step.
         Either all of it is stored or none (a crash in between leaves the previous commit)."""
-        now = time.time()
+        now = self._now()
         with self._db() as db:
             # a row already logged live keeps the time it was logged at (the wall-time axis)
             db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?) ON CONFLICT(run_id, split, name, step) "
@@ -352,7 +356,7 @@ class RunStore:
             db.execute("DELETE FROM artifacts WHERE run_id = ?", (rec.id,))
             db.execute("DELETE FROM runs WHERE id = ?", (rec.id,))
             db.execute("INSERT OR REPLACE INTO deleted_runs VALUES (?,?,?,?,?)",
-                       (rec.id, rec.experiment, time.time(), ledger_entry, reason))
+                       (rec.id, rec.experiment, self._now(), ledger_entry, reason))
         shutil.rmtree(self.run_dir(rec.id), ignore_errors=True)
 
     def deleted(self, run_id: str) -> "dict[str, Any] | None":
@@ -385,7 +389,7 @@ class RunStore:
             raise CarambaError(f"unknown run status '{status}'; one of {', '.join(STATUSES)}")
         with self._db() as db:
             db.execute("UPDATE runs SET status=?, finished=?, summary=?, error=? WHERE id=?",
-                       (status, time.time(), json.dumps(dict(summary or {}), default=str), error, run_id))
+                       (status, self._now(), json.dumps(dict(summary or {}), default=str), error, run_id))
 
     def update_summary(self, run_id: str, values: Mapping[str, Any]) -> None:
         rec = self.get(run_id)
@@ -445,7 +449,7 @@ class RunStore:
 
     # ---- metrics ---------------------------------------------------------------------------
     def log_metrics(self, run_id: str, step: int, values: Mapping[str, float], split: str = "train") -> None:
-        now = time.time()
+        now = self._now()
         rows = [(run_id, int(step), split, k, float(v), now) for k, v in values.items()]
         with self._db() as db:
             db.executemany("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?,?,?)", rows)
@@ -453,7 +457,7 @@ class RunStore:
 
     def log_rows(self, run_id: str, rows: "list[tuple[int, str, Mapping[str, float]]]") -> None:
         """Several ``(step, split, values)`` rows in one transaction."""
-        now = time.time()
+        now = self._now()
         flat = [(run_id, int(i), split, k, float(v), now) for i, split, vals in rows for k, v in vals.items()]
         if not flat:
             return
@@ -489,8 +493,9 @@ class RunStore:
         return [r[0] for r in rows], [r[3] for r in rows]
 
     # ---- artifacts -------------------------------------------------------------------------
-    def add_artifact(self, run_id: str, name: str, data: bytes | str | Path, kind: str = "file") -> Artifact:
-        """Store ``data`` (bytes, text, or a file already written in the run folder) as ``name``."""
+    def _place_artifact(self, run_id: str, name: str, data: bytes | str | Path) -> tuple[Path, str, int]:
+        """Put ``data`` at ``name`` in the run folder (text and bytes through a temporary file);
+        returns (path, sha256, size)."""
         if not name or Path(name).is_absolute() or ".." in Path(name).parts:
             raise CarambaError(f"artifact name '{name}' must be a relative path inside the run folder")
         path = self.run_dir(run_id) / name
@@ -504,8 +509,13 @@ class RunStore:
             tmp.write_bytes(data.encode() if isinstance(data, str) else data)
             tmp.replace(path)
         digest, size = _sha256(path)
+        return path, digest, size
+
+    def add_artifact(self, run_id: str, name: str, data: bytes | str | Path, kind: str = "file") -> Artifact:
+        """Store ``data`` (bytes, text, or a file already written in the run folder) as ``name``."""
+        path, digest, size = self._place_artifact(run_id, name, data)
         with self._db() as db:
-            db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?,?,?,?,?)", (run_id, name, kind, digest, size, time.time()))
+            db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?,?,?,?,?)", (run_id, name, kind, digest, size, self._now()))
         return Artifact(run_id, name, kind, digest, size, path)
 
     def artifacts(self, run_id: str, kind: str | None = None) -> list[Artifact]:
@@ -565,13 +575,16 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def open_runs(root: str | Path | None = None) -> RunStore:
-    """The run store at ``root`` (default: the ``store`` setting); StoreUnavailable when that
-    folder cannot be created or written."""
+    """The run store at ``root`` (default: the ``store`` setting): a folder or a URL
+    (``file://``, ``s3://``; ``caramba.store.registry``); StoreUnavailable when it cannot be
+    used."""
     if root is None:
         from caramba.config import settings
 
         root = settings().store
-    return RunStore(root)
+    from caramba.store.registry import open_store_url
+
+    return open_store_url(root)
 
 
 __all__ = ["Artifact", "RunDeleted", "RunNotFound", "RunRecord", "RunStore", "StoreUnavailable", "check_tag", "open_runs"]

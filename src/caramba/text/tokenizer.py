@@ -132,14 +132,93 @@ class BaseTokenizer:
             if reasoning is not None:
                 m.update(thinking=reasoning, reasoning_content=reasoning)
         template = _compile_template(self.chat_template)
-        jinja2 = _need("jinja2")
-        context = {**self.special_tokens, **kwargs}
+        context = {**self.special_tokens, **kwargs, "range": _budget_range()}
         try:
-            return template.render(messages=chat, tools=context.pop("tools", None),
+            text = template.render(messages=chat, tools=context.pop("tools", None),
                                    documents=context.pop("documents", None),
                                    add_generation_prompt=add_generation_prompt, **context)
-        except jinja2.TemplateError as exc:
-            raise TokenizerError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+        except (Exception, RecursionError) as exc:  # a template is untrusted code: every failure is its own
+            raise TokenizerError(f"the chat template failed: {type(exc).__name__}: {str(exc)[:300]}") from None
+        if len(text) > MAX_TEMPLATE_OUTPUT:
+            raise TokenizerError(f"the chat template wrote {len(text):,} characters (limit {MAX_TEMPLATE_OUTPUT:,})")
+        return text
+
+
+# A chat template is code from a downloaded file, run in jinja2's sandbox (no attribute escapes).
+# The sandbox does not bound work or memory, so these do: no repeat (`'a' * n`), power, width or
+# call argument beyond MAX_TEMPLATE_INT, at most MAX_TEMPLATE_RANGE loop items from range() in one
+# render, and at most MAX_TEMPLATE_OUTPUT characters of output.
+MAX_TEMPLATE_INT = 10**6
+MAX_TEMPLATE_RANGE = 10**6
+MAX_TEMPLATE_OUTPUT = 10**7
+_WIDE = re.compile(r"\d{7,}")  # a 7-digit width or precision in a format string
+
+
+def _refuse(what: str) -> None:
+    from jinja2.exceptions import SecurityError
+
+    raise SecurityError(f"{what} is over the chat template limits")
+
+
+def _check_args(args: Iterable[Any]) -> None:
+    for a in args:
+        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > MAX_TEMPLATE_INT:
+            _refuse(f"the argument {a}")
+        if isinstance(a, str) and len(a) > MAX_TEMPLATE_OUTPUT:
+            _refuse(f"a string of {len(a):,} characters")
+
+
+def _budget_range() -> Any:
+    used = [0]
+
+    def bounded_range(*args: Any) -> range:
+        _check_args(args)
+        r = range(*args)
+        used[0] += len(r)
+        if used[0] > MAX_TEMPLATE_RANGE:
+            _refuse(f"{used[0]:,} range() items in one render")
+        return r
+
+    return bounded_range
+
+
+def _bounded_filter(f: Any) -> Any:
+    @functools.wraps(f)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_args([*args[1:], *kwargs.values()])  # args[0]: the value, or the context/environment
+        if args and isinstance(args[0], str) and getattr(f, "__name__", "") == "do_format" and _WIDE.search(args[0]):
+            _refuse("a format width")
+        return f(*args, **kwargs)
+
+    return bounded
+
+
+def _sandbox_class() -> Any:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        intercepted_binops = frozenset(["*", "**", "%"])
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+                if right > 0 and left.bit_length() * right > 64 * MAX_TEMPLATE_INT:
+                    _refuse(f"{left} ** {right}")
+            if operator == "*":
+                for a, b in ((left, right), (right, left)):
+                    if isinstance(a, (str, list, tuple)) and isinstance(b, int) and len(a) * b > MAX_TEMPLATE_OUTPUT:
+                        _refuse(f"a repeat of {len(a)} items {b} times")
+            if operator == "%" and isinstance(left, str) and _WIDE.search(left):
+                _refuse("a format width")
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+            _check_args([*args, *kwargs.values()])
+            owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # str.format is wrapped
+            if isinstance(owner, str) and _WIDE.search(owner):
+                _refuse("a format width")
+            return super().call(__context, __obj, *args, **kwargs)
+
+    return BoundedSandbox
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,8 +229,6 @@ def _compile_template(source: str) -> Any:
     import jinja2
     import jinja2.ext
     import jinja2.nodes
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
@@ -170,15 +247,18 @@ def _compile_template(source: str) -> Any:
         def _body(self, caller: Any) -> str:
             return caller()
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env = _sandbox_class()(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
+    for name, f in list(env.filters.items()):
+        env.filters[name] = _bounded_filter(f)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TokenizerError(f"the chat template is not valid jinja (line {exc.lineno}): {exc.message}") from None
+    except (Exception, RecursionError) as exc:  # e.g. expressions nested past the parser's recursion limit
+        raise TokenizerError(f"the chat template cannot be compiled: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 class StreamDecoder:
@@ -382,6 +462,8 @@ def _read_json(path: Path, what: str) -> Any:
     except json.JSONDecodeError as exc:  # position only: the message must not quote the file
         raise TokenizerError(f"{path.name} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
                              hint=what) from None
+    except RecursionError:
+        raise TokenizerError(f"{path.name} is not JSON a tokenizer writes: it nests too deeply", hint=what) from None
 
 
 def tokenizer_files(path: str | Path) -> dict[str, Path]:
@@ -439,7 +521,8 @@ def tokenizer_from_files(files: Mapping[str, Path]) -> Tokenizer:
     special = {k: t for k in SPECIAL_TOKENS if (t := _special(config.get(k))) is not None}
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: [{"name": "default", "template": "..."}, ...]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        named = {t.get("name"): t.get("template") for t in template
+                 if isinstance(t, dict) and isinstance(t.get("name"), str)}
         template = named.get("default")
     if "chat_template.jinja" in files:
         try:

@@ -229,4 +229,116 @@ SOFTMAX = row(
     [bad("axis 2 is out of range for rank 2", ((3, 4), ir.DType.float64), ((4,), ir.DType.float64), **SCALED, axis=2)],
 )
 
-ROWS = [ELEMENTWISE, LINEAR, LAYER_NORM_RESIDUAL, SOFTMAX]
+
+# ---- fused.*_grad: the VJPs of the row ops (what fuse makes of autodiff/rules/nn.py's chains) ---
+
+
+def _norm_grad_ref(x, ct, *gamma, axis, eps, with_dgamma, with_dbeta=False, centered=True):
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = ct * gamma (no mean(g) for RMS
+    norm), dgamma = sum(ct * xhat) and dbeta = sum(ct) over the leading axes, in mpmath."""
+    ax = axis % x.ndim
+    lead, tail = x.shape[:ax], x.shape[ax:]
+    rows = int(np.prod(lead, dtype=np.int64))
+    xs2, cs2 = x.reshape(rows, -1), ct.reshape(rows, -1)
+    gam = scalars(gamma[0].reshape(-1)) if gamma else None
+    dx, dx_scale = np.empty(xs2.shape), np.empty(xs2.shape)
+    dgam = [mp.mpf(0)] * xs2.shape[1]
+    dgam_scale = [mp.mpf(0)] * xs2.shape[1]
+    with mp.workdps(DPS):
+        for i in range(rows):
+            xh = mp_normalize(scalars(xs2[i]), eps, centered)
+            n = len(xh)
+            m = mp.fsum(scalars(xs2[i])) / n if centered else mp.mpf(0)
+            r = 1 / mp.sqrt(mp.fsum((mp.mpf(v) - m) ** 2 for v in scalars(xs2[i])) / n + mp.mpf(eps))
+            cs = scalars(cs2[i])
+            g = [mp.mpf(c) * (gam[j] if gam else 1) for j, c in enumerate(cs)]
+            mg = mp.fsum(g) / n if centered else mp.mpf(0)
+            mgx = mp.fsum(a * b for a, b in zip(g, xh, strict=True)) / n
+            sg = mp.fsum(abs(v) for v in g) / n
+            sgx = mp.fsum(abs(a * b) for a, b in zip(g, xh, strict=True)) / n
+            for j in range(n):
+                dx[i, j] = float(r * (g[j] - mg - xh[j] * mgx))
+                dx_scale[i, j] = float(r * (abs(g[j]) + sg + abs(xh[j]) * sgx)) * n ** 0.5
+                dgam[j] += mp.mpf(cs[j]) * xh[j]
+                dgam_scale[j] += abs(mp.mpf(cs[j]) * xh[j])
+    outs = [Expect(dx.reshape(x.shape), dx_scale.reshape(x.shape))]
+    if with_dgamma:
+        outs.append(Expect(np.array([float(v) for v in dgam]).reshape(tail),
+                           np.array([float(v) for v in dgam_scale]).reshape(tail) * (1 + rows ** 0.5)))
+    if centered and with_dbeta:
+        outs.append(Expect(ct.reshape(rows, -1).astype(np.float64).sum(axis=0).reshape(tail) if rows else np.zeros(tail),
+                           np.abs(ct.reshape(rows, -1).astype(np.float64)).sum(axis=0).reshape(tail) * (1 + rows ** 0.5)))
+    return tuple(outs)
+
+
+def _norm_grad_case(shape, axis, gamma, dgamma, dbeta, centered=True):
+    ax = axis % len(shape)
+    args = [arg(shape, uniform(-3, 3)), arg(shape, uniform(-2, 2))] + ([arg(shape[ax:], uniform(0.5, 2))] if gamma else [])
+    attrs = {"axis": axis, "eps": 1e-5, "with_dgamma": dgamma}
+    if centered:
+        attrs["with_dbeta"] = dbeta
+
+    def ref(*ins, **a):
+        return _norm_grad_ref(*ins, **a, centered=centered)
+
+    return Case(f"{'x'.join(map(str, shape))}-axis={axis}-gamma={int(gamma)}-dg={int(dgamma)}-db={int(dbeta)}", tuple(args),
+                attrs, ref, NORM)
+
+
+LAYER_NORM_GRAD = row(
+    "fused.layer_norm_grad",
+    FLOATS,
+    [_norm_grad_case((3, 5, 7), -1, True, True, True), _norm_grad_case((3, 5, 7), 1, True, True, False),
+     _norm_grad_case((40, 33), -1, False, False, False), _norm_grad_case((7,), 0, True, True, True),
+     _norm_grad_case((4, 1), -1, True, True, True)],
+    [bad("x and its cotangent of one shape", ((3, 4), ir.DType.float64), ((4,), ir.DType.float64)),
+     bad("gamma must have shape \\[4\\]", ((3, 4), ir.DType.float64), ((3, 4), ir.DType.float64), ((3,), ir.DType.float64))],
+)
+
+RMS_NORM_GRAD = row(
+    "fused.rms_norm_grad",
+    FLOATS,
+    [_norm_grad_case((3, 5, 7), -1, True, True, False, centered=False),
+     _norm_grad_case((2, 3, 9), 1, False, False, False, centered=False),
+     _norm_grad_case((40, 33), -1, True, False, False, centered=False)],
+    [bad("needs inputs of rank >= 1", ((), ir.DType.float64), ((), ir.DType.float64))],
+)
+
+
+def _softmax_grad_ref(y, ct, *, axis, log):
+    ax = axis % y.ndim
+    yl, cl = np.moveaxis(y, ax, -1), np.moveaxis(ct, ax, -1)
+    out, sc = np.empty(yl.shape), np.empty(yl.shape)
+    with mp.workdps(DPS):
+        for idx in np.ndindex(*yl.shape[:-1]):
+            ys, cs = [mp.mpf(v) for v in scalars(yl[idx])], [mp.mpf(v) for v in scalars(cl[idx])]
+            if log:
+                s, sa = mp.fsum(cs), mp.fsum(abs(c) for c in cs)
+                out[idx] = [float(c - mp.exp(v) * s) for v, c in zip(ys, cs, strict=True)]
+                sc[idx] = [float(abs(c) + mp.exp(v) * sa) for v, c in zip(ys, cs, strict=True)]
+            else:
+                s = mp.fsum(c * v for v, c in zip(ys, cs, strict=True))
+                sa = mp.fsum(abs(c * v) for v, c in zip(ys, cs, strict=True))
+                out[idx] = [float(v * (c - s)) for v, c in zip(ys, cs, strict=True)]
+                sc[idx] = [float(abs(v) * (abs(c) + sa)) for v, c in zip(ys, cs, strict=True)]
+    return Expect(np.moveaxis(out, -1, ax), np.moveaxis(sc, -1, ax))
+
+
+def _softmax_grad_row(op, log):
+    def ref(y, ct, *, axis):
+        return _softmax_grad_ref(y, ct, axis=axis, log=log)
+
+    y_gen = uniform(-3, 0) if log else uniform(0, 1)
+    return row(
+        op,
+        FLOATS,
+        [Case(f"{'x'.join(map(str, shape))}-axis={axis}", (arg(shape, y_gen), arg(shape, uniform(-2, 2))), {"axis": axis}, ref, SOFT)
+         for shape, axis in (((3, 8), -1), ((2, 3, 9), 1), ((1, 1000), -1), ((5, 1), -1), ((2, 0, 4), -1))],
+        [bad("axis 2 is out of range for rank 2", ((3, 4), ir.DType.float64), ((3, 4), ir.DType.float64), axis=2)],
+    )
+
+
+SOFTMAX_GRAD = _softmax_grad_row("fused.softmax_grad", False)
+LOG_SOFTMAX_GRAD = _softmax_grad_row("fused.log_softmax_grad", True)
+
+ROWS = [ELEMENTWISE, LINEAR, LAYER_NORM_RESIDUAL, SOFTMAX, LAYER_NORM_GRAD, RMS_NORM_GRAD, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD]

@@ -14,6 +14,7 @@ from caramba.compute import build_info, new
 
 RUNNERS: dict[str, object] = {}
 BACKENDS = ("cpu", "xla")
+WITH_ONNX = (*BACKENDS, "onnx")  # the families onnx lowers too: fft, vsa, causal, hawkes
 
 
 def runner(name: str):

@@ -15,7 +15,8 @@ from caramba import ir
 from caramba.errors import CarambaError, GraphError
 from caramba.ops import causal
 
-from .research_helpers import BACKENDS, check_vjp, run
+from .research_helpers import WITH_ONNX as BACKENDS
+from .research_helpers import check_vjp, run
 
 sm = pytest.importorskip("statsmodels.api")
 IV2SLS = pytest.importorskip("linearmodels.iv").IV2SLS

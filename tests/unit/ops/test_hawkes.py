@@ -22,7 +22,8 @@ from caramba import ir, ops
 from caramba.errors import CarambaError, GraphError
 from caramba.ops import hawkes
 
-from .research_helpers import BACKENDS, check_vjp, run
+from .research_helpers import WITH_ONNX as BACKENDS
+from .research_helpers import check_vjp, run
 
 MU = np.array([0.4, 0.25])
 ALPHA = np.array([[[0.15, 0.1], [0.05, 0.1]], [[0.2, 0.05], [0.1, 0.15]]])  # [M, M, K=2]

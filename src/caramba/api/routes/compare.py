@@ -48,6 +48,22 @@ class TunerArmOut(BaseModel):
     description: str = ""
 
 
+class TunerBeliefOut(BaseModel):
+    n: int | None = None
+    mean: float | None = None
+    std: float | None = None
+    G: float | None = None
+    q: float | None = None
+
+
+class TunerDecisionOut(BaseModel):
+    strategy: str = Field(description="grid, random or active_inference")
+    step: int | None = Field(None, description="the tuner step that chose this run (0-based)")
+    arm: str = Field("", description="the arm chosen")
+    reason: str = ""
+    belief: TunerBeliefOut | None = Field(None, description="active_inference: the chosen arm's belief when chosen")
+
+
 class CompareRunOut(BaseModel):
     id: str
     label: str
@@ -71,6 +87,8 @@ class CompareRunOut(BaseModel):
     final: dict[str, float | None] = Field(description="split.name -> value at the last step (null: not finite)")
     best: dict[str, float | None] = Field(description="split.name -> min (max where higher is better)")
     best_step: dict[str, int] = {}
+    tuner: TunerDecisionOut | dict[str, Any] = Field(
+        default_factory=dict, description="the tuner's decision that started the run ({} for a run no tuner chose)")
 
 
 class ComparisonOut(BaseModel):

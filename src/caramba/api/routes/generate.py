@@ -46,9 +46,9 @@ def _model_key(body: Any, folder: str | None, store_root: str) -> tuple:
     if folder is not None:
         files = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(folder) if e.is_file())
         return ("folder", folder, tuple(files), body.backend)
-    from caramba.store.runs import RunStore
+    from caramba.store.runs import open_runs
 
-    runs = RunStore(store_root)
+    runs = open_runs(store_root)
     rec = runs.get(body.model)
     ckpts = runs.artifacts(rec.id, "checkpoint")
     return ("run", rec.id, ckpts[-1].sha256 if ckpts else "", body.backend)

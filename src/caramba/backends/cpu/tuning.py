@@ -16,6 +16,11 @@ setting                   what it decides                      default (module c
                           split over the workers
 ``loop_split``            elements from which an optimizer     ``kernels.train.LOOP_SPLIT`` 32768
                           update is split over the workers
+``conv_batch_min_pixels`` conv algorithm: output pixels per    ``conv.CONV_BATCH_MIN_PIXELS`` 64
+                          image from which a convolution runs
+                          as one GEMM per image (``batched``),
+                          below it as one GEMM for the batch
+                          (``flat``): ``backends/cpu/conv.py``
 ========================  ===================================  ==================================
 
 ``caramba backends --tune`` (``tune``) measures them here within a time budget and stores them
@@ -56,6 +61,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "min_block_rows": ("caramba.backends.cpu.blas", "MIN_BLOCK_ROWS"),
     "parallel_min_work": ("caramba.backends.cpu.fused.codegen", "PARALLEL_MIN_WORK"),
     "loop_split": ("caramba.backends.cpu.kernels.train", "LOOP_SPLIT"),
+    "conv_batch_min_pixels": ("caramba.backends.cpu.conv", "CONV_BATCH_MIN_PIXELS"),
 }
 # inclusive bounds a stored value must lie in (anything else is a damaged or hostile file)
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -64,6 +70,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "min_block_rows": (1, 1 << 16),
     "parallel_min_work": (1 << 8, 1 << 26),
     "loop_split": (1 << 8, 1 << 26),
+    "conv_batch_min_pixels": (1, 1 << 20),
 }
 
 
@@ -82,6 +89,7 @@ class Tuning:
     min_block_rows: int = 32
     parallel_min_work: int = 1 << 16
     loop_split: int = 1 << 15
+    conv_batch_min_pixels: int = 64
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -506,6 +514,38 @@ def _update_split(deadline: float, notes: list[str], log: Callable[[str], None])
     return x
 
 
+def _conv_layout(deadline: float, notes: list[str], log: Callable[[str], None]) -> tuple[float | None, list[Any]]:
+    """conv_batch_min_pixels: a float32 3x3 convolution (batch 8, 64 -> 64 channels, padding 1)
+    on growing images, one GEMM for the batch (``flat``) against one per image (``batched``)."""
+    import numpy as np
+
+    from caramba.backends.cpu import conv
+
+    if conv._loops() is None:
+        notes.append("conv_batch_min_pixels: not measured (no Numba: convolutions run on NumPy)")
+        return None, []
+    rng = np.random.default_rng(3)
+    points, rows, cut = [], [], False
+    for side in (2, 4, 8, 12, 16, 24):
+        if time.perf_counter() > deadline:
+            cut = True
+            notes.append("conv_batch_min_pixels: budget spent" + (f" after {rows[-1]['image']}" if rows else " before the first size"))
+            break
+        xs, ws = (8, 64, side, side), (64, 64, 3, 3)
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        t = {alg: _time(lambda f=conv.conv_kernel(xs, ws, (1, 1), (1, 1), (1, 1), 1, np.float32, alg), x=x, w=w: f(x, w),
+                        repeats=3)
+             for alg in ("flat", "batched")}
+        points.append((float(side * side), t["flat"], t["batched"]))
+        rows.append({"image": f"{side}x{side}", "pixels": side * side, "flat_s": t["flat"], "batched_s": t["batched"]})
+        log(f"conv 3x3 8x64x{side}x{side} float32: flat {t['flat'] * 1e6:.0f} µs, batched {t['batched'] * 1e6:.0f} µs")
+    x = _crossover(points) if points else None
+    if x is None and points and not cut:
+        x = points[-1][0] * 2
+        notes.append(f"conv_batch_min_pixels: one GEMM per image never won up to {points[-1][0]:g} pixels (the largest size)")
+    return x, rows
+
+
 def _pow2(x: float) -> int:
     return 1 << max(0, round(math.log2(max(x, 1.0))))
 
@@ -532,25 +572,28 @@ def tune(budget_s: float = 30.0, log: Callable[[str], None] = lambda m: None) ->
     notes: list[str] = []
     info = machine()
     settings = base.as_dict()
-    small, blas_rows = _blas_classes(start + 0.4 * budget_s, notes, log)
+    small, blas_rows = _blas_classes(start + 0.35 * budget_s, notes, log)
     if small is not None:
         settings["small_flops"] = float(_clamp("small_flops", small))
-    block, split_rows = _product_split(start + 0.7 * budget_s, notes, log)
+    block, split_rows = _product_split(start + 0.6 * budget_s, notes, log)
     if block is not None:
         settings["block_flops"] = float(_clamp("block_flops", block))
-    loop = _update_split(start + budget_s, notes, log)
+    loop = _update_split(start + 0.85 * budget_s, notes, log)
     if loop is not None:
         settings["loop_split"] = int(_clamp("loop_split", _pow2(loop)))
         # a fused kernel's weighted steps cost about half an update element's: the defaults' ratio
         ratio = base.parallel_min_work / base.loop_split
         settings["parallel_min_work"] = int(_clamp("parallel_min_work", _pow2(loop * ratio)))
+    pixels, conv_rows = _conv_layout(start + budget_s, notes, log)
+    if pixels is not None:
+        settings["conv_batch_min_pixels"] = int(_clamp("conv_batch_min_pixels", _pow2(pixels)))
     validate(settings)  # what is stored must load back
     return {
         "fingerprint": fingerprint(info),
         "machine": info,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": settings,
-        "measurements": {"blas_threads": blas_rows, "product_split": split_rows,
+        "measurements": {"blas_threads": blas_rows, "product_split": split_rows, "conv_layout": conv_rows,
                          "workers": workers.count(), "seconds": round(time.perf_counter() - start, 3)},
         "notes": notes,
     }

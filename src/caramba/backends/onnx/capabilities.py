@@ -11,7 +11,10 @@ to a sum of strided slices, and the activations to Exp/Log/Where with float64 co
 ORT's float64 ``Sin``/``Cos`` are up to ~1e5 ulps off, so float64 sin/cos use fdlibm's
 Cody-Waite reduction (Payne-Hanek past |x| ~ 1.6e6) and kernel polynomials
 (``special.sin``/``special.cos``: at most 0.751 ulp from mpmath, measured, for any finite x). ORT has no bfloat16 arithmetic on
-CPU: bfloat16 is not claimed at all.
+CPU: bfloat16 is not claimed at all. The research ops (``fft.*``, ``vsa.*``, ``causal.*``,
+``hawkes.*`` but ``simulate``) are lowered in ``research.py``, float64 and float32 only, and so
+are ``predictive_coding.*`` (``caramba.onnx.export_predictive_coding``) and ``active_inference.*`` /
+``markov_blanket.mutual_information`` without their VJP ops (``caramba.onnx.export_active_inference``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ NUM = F | INTS
 BOOL = frozenset({DType.bool})
 ANY = NUM | BOOL
 KEY = frozenset({DType.int64})  # a table entry lists every dtype a node touches: int64 keys too
+F64_32 = frozenset({DType.float64, DType.float32})
 
 _TABLE: dict[str, frozenset[DType]] = {
     # plumbing: inputs, initializers, state as graph inputs/outputs
@@ -76,6 +80,23 @@ _TABLE: dict[str, frozenset[DType]] = {
     **dict.fromkeys(("train.loss.cross_entropy", "train.metric.accuracy", "train.metric.f1", "train.metric.perplexity"), F | I64_32),
     **dict.fromkeys(("train.optimizer.sgd", "train.optimizer.rmsprop", "train.optimizer.adagrad", "train.optimizer.lion"), F),
     **dict.fromkeys(("train.optimizer.adam", "train.optimizer.adamax", "train.optimizer.lamb"), F | KEY),
+    # research families (lowered in research.py): float64 and float32 only
+    **dict.fromkeys(("fft.rfft", "fft.irfft"), F64_32),
+    **dict.fromkeys(("causal.backdoor_adjustment", "causal.frontdoor_adjustment", "causal.cate",
+                     "causal.iv_estimate", "causal.dag_markov_factorization"), F64_32),
+    # the SCM ops (and the VJP op, which covers them) read a bool intervention mask
+    **dict.fromkeys(("causal.do_calculus", "causal.counterfactual", "causal.vjp"), F64_32 | BOOL),
+    **dict.fromkeys(("hawkes.intensity", "hawkes.kernel_matrix", "hawkes.log_likelihood", "hawkes.vjp"), F64_32 | KEY),
+    **dict.fromkeys(("vsa.bind", "vsa.bundle", "vsa.permute", "vsa.inverse_permute", "vsa.similarity"), F64_32),
+    # predictive coding (lowered in export_predictive_coding.py, the VJP op included)
+    **dict.fromkeys(("predictive_coding.prediction", "predictive_coding.prediction_error",
+                     "predictive_coding.update_representation", "predictive_coding.update_weights",
+                     "predictive_coding.vjp"), F64_32),
+    # active inference and the mutual information (lowered in export_active_inference.py; no VJP ops);
+    # expected_free_energy reads int64 policies
+    **dict.fromkeys(("active_inference.belief_update", "active_inference.free_energy",
+                     "active_inference.precision_weight", "markov_blanket.mutual_information"), F64_32),
+    "active_inference.expected_free_energy": F64_32 | KEY,
 }
 
 

@@ -26,7 +26,7 @@ from caramba.compute.tensor import Tensor
 from caramba.errors import BackendUnavailable, CarambaError, UnsupportedOperation
 from caramba.ir.dtypes import DType
 from caramba.ir.graph import Graph
-from caramba.onnx.export import ORT_CPU, export_graph
+from caramba.onnx.export import ORT_CPU, RUNTIME_CHECKS, export_graph
 from caramba.ops.cost import graph_flops
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -159,6 +159,9 @@ class OnnxExecutable(Executable):
         m = _NODE_NAME.search(text)
         node = m.group(1) if m else None
         status = text.split("Status Message:", 1)[-1].strip() if "Status Message:" in text else text
+        op = next((n.op for n in self.graph.nodes if n.id == node), None) if node else None
+        if op in RUNTIME_CHECKS and "out of data bounds" in status:
+            status = f"{op}'s run-time check failed: it needs {RUNTIME_CHECKS[op]} ({status})"
         return KernelFailed(f"ONNX Runtime failed: {status}", node=node, backend=self.runner.location)
 
 

@@ -150,8 +150,12 @@ def test_float64_avg_pool_without_ort_average_pool(ox, cpu):
 
 def test_unclaimed_ops_and_dtypes_are_refused_at_lowering(ox):
     # (float64 sin/cos, refused here before, now lower to special.sin/cos: test_onnx_sincos.py)
-    g = caramba.trace(lambda x: ops.fft.rfft(x, name="s") + 1.0, ((8,), "float64"))
-    with pytest.raises(UnsupportedOperation, match="onnx:cpu has no kernel for fft.rfft") as info:
+    # (fft.rfft, refused here before, now lowers to a DFT matmul: test_onnx_research.py)
+    with caramba.Graph("sim") as g:
+        p = [g.input("mu", (2,)), g.input("alpha", (2, 2, 1)), g.input("beta", (2, 2, 1))]
+        times, _ = g.call("hawkes.simulate", p, {"events": 4}, id="s")
+        g.output("t", times + 1.0)
+    with pytest.raises(UnsupportedOperation, match="onnx:cpu has no kernel for hawkes.simulate") as info:
         ox.compile(g)
     assert info.value.node == "s" and info.value.backend == "onnx:cpu"
     g = caramba.trace(lambda x: ops.sin(x, name="s") + 1.0, ((3,), "bfloat16"))
@@ -168,6 +172,24 @@ def test_where_keeps_negative_zero(ox):
         g.output("o", ops.where(c, x, y))
     o = run(ox, g, c=np.array([True, False]), x=np.array([-0.0, 1.0]), y=np.array([3.0, -0.0]))["o"]
     assert np.signbit(o).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_transposed_matrix_times_a_vector(ox, dtype):
+    """ONNX Runtime 1.32 fuses MatMul(Transpose(A), v) with a 1-D v into wrong values at its
+    default optimization level ([9, 28, 47] here): the export multiplies by a column instead."""
+    with caramba.Graph("tv") as g:
+        a = g.input("a", (3, 3), dtype)
+        v = g.input("v", (3,), dtype)
+        g.output("o", ops.matmul(ops.transpose(a), v))
+        g.output("b", ops.matmul(g.input("s", (2, 3, 3), dtype), v))  # batched matrices, one vector
+    a = (np.arange(9).reshape(3, 3) + np.eye(3)).astype(dtype)
+    s = np.arange(18).reshape(2, 3, 3).astype(dtype)
+    v = np.array([1, 2, 3], dtype=dtype)
+    out = run(ox, g, a=a, v=v, s=s)
+    np.testing.assert_array_equal(out["o"], a.T @ v)
+    np.testing.assert_array_equal(out["o"], [25, 32, 39])
+    np.testing.assert_array_equal(out["b"], s @ v)
 
 
 def test_runtime_error_names_the_caramba_node(ox):

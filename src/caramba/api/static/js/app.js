@@ -306,6 +306,7 @@ async function runView(id) {
     const rows = [["experiment", h("a", { href: `#/experiments/${encodeURIComponent(r.experiment)}` }, r.experiment)],
       ["target", r.target || "—"], ["run", r.name || "—"], ["backend", r.backend || "—"], ["seed", String(r.seed ?? "—")],
       ["summary", Object.entries(r.summary || {}).map(([k, v]) => `${k} ${typeof v === "number" ? fmt(v) : v}`).join(", ") || "—"],
+      ["model", r.status === "finished" ? h("span", { class: "export-links" }, exportLinks(r.id || id)) : "—"],
       ["created", when(r.created)], ["started", when(r.started)], ["finished", when(r.finished)]];
     info.replaceChildren(h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])));
   };

@@ -53,11 +53,13 @@ def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[
         "fused.softmax": KERNEL_DTYPES,  # float output; a prologue may take masks and ints
         "fused.linear": FLOATS,
         "fused.layer_norm_residual": FLOATS,
+        **{op: FLOATS for op in F.GRAD_OPS},
     }
     patterns = {(F.elementwise_pattern(op), d) for op, s in TABLE.items() for d in s.dtypes}
     patterns |= {(F.elementwise_pattern(op), d) for op, ds in REDUCTIONS.items() for d in ds}
     patterns |= {(F.linear_pattern(a), d) for a in F.ACTIVATIONS for d in FLOATS}
     patterns |= {(F.LAYER_NORM_RESIDUAL, d) for d in FLOATS} | {(F.SOFTMAX, d) for d in FLOATS}
+    patterns |= {(op, d) for op in F.GRAD_OPS for d in FLOATS}
     return ops, frozenset(patterns)
 
 
@@ -237,9 +239,32 @@ def _linear(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callab
     return linear
 
 
+def _norm_grad(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.ops._define import norm_axis
+
+    from .rows_grad import norm_grad
+
+    a = node.attrs
+    centered = node.op == F.LAYER_NORM_GRAD
+    return norm_grad(ins[0], norm_axis(a["axis"], ins[0].rank), a["eps"], centered, len(ins) == 3,
+                     a["with_dgamma"], centered and a["with_dbeta"])
+
+
+def _softmax_grad(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.ops._define import norm_axis
+
+    from .rows_grad import softmax_grad
+
+    return softmax_grad(ins[0], norm_axis(node.attrs["axis"], ins[0].rank), node.op == F.LOG_SOFTMAX_GRAD)
+
+
 FACTORIES: dict[str, Callable[[Node, tuple[ValueType, ...], list[Hint]], Callable[..., None]]] = {
     "fused.elementwise": _elementwise,
     "fused.softmax": _softmax,
     "fused.linear": _linear,
     "fused.layer_norm_residual": _layer_norm_residual,
+    F.LAYER_NORM_GRAD: _norm_grad,
+    F.RMS_NORM_GRAD: _norm_grad,
+    F.SOFTMAX_GRAD: _softmax_grad,
+    F.LOG_SOFTMAX_GRAD: _softmax_grad,
 }

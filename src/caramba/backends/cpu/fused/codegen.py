@@ -47,7 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
-from caramba.backends.cpu.fused.runtime import erfc_fast, exp_fast, expit, fmax, fmin, pairwise_sum
+from caramba.backends.cpu.fused.runtime import erfc_fast, exp_f32, exp_fast, expit, fmax, fmin, pairwise_sum
 
 '''
 
@@ -377,7 +377,7 @@ def softmax(expr: Expr, ins: list[ValueType], out: ValueType, axis: int) -> Kern
     code.add(f"m = fmax(m, out{oi})")
     code.depth -= 1
     code.open("for ia in range(na):")
-    exp = "exp_fast" if d is DType.float64 else "math.exp"  # as scalar.py's math.exp
+    exp = "exp_fast" if d is DType.float64 else "exp_f32"  # as scalar.py's math.exp
     code.add(f"out{oi} = {cast(f'{exp}(out{oi} - m)', d)}")
     code.depth -= 1
     if last:

@@ -1,6 +1,6 @@
 """Row kernels of the cpu backend: normalization and softmax over contiguous rows, each one
-Numba kernel instead of a chain of reductions (forward only; the VJPs are still the autodiff
-rules' chains of primitive ops, which the fuse pass groups into several smaller kernels).
+Numba kernel instead of a chain of reductions (forward; the VJPs are ``rows_grad.py``'s
+kernels where the fuse pass matched the autodiff rules' chains).
 
 The ops (``nn.layer_norm``, ``nn.rms_norm``, and ``nn.softmax``, ``nn.log_softmax`` over the
 last axis) normalize over trailing axes, so the cpu kernels see their arrays as

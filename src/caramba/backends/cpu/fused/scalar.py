@@ -107,15 +107,18 @@ def _gelu(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:
         # kernels/activation.py: x * expit(2 * sqrt(2/pi) * (x + 0.044715 x^3)) (the sigmoid form)
         k = lit(2.0 * SQRT_2_OVER_PI, d)
         return f"({x} * expit({k} * ({x} + {lit(0.044715, d)} * {x} * {x} * {x})))"
-    # float64: runtime.erfc_fast (fdlibm's erfc without branches: vectorizes, as accurate as libm)
-    erfc = "erfc_fast" if d is DType.float64 else "math.erfc"
-    return f"({lit(0.5, d)} * {x} * {erfc}(-{x} * {lit(SQRT1_2, d)}))"
+    # float64: runtime.erfc_fast (fdlibm's erfc without branches: vectorizes, as accurate as libm);
+    # float32: the same in float64, rounded once (2.4x faster than libm's erfcf, called per element)
+    if d is DType.float64:
+        return f"({lit(0.5, d)} * {x} * erfc_fast(-{x} * {lit(SQRT1_2, d)}))"
+    return f"({lit(0.5, d)} * {x} * {cast(f'erfc_fast(np.float64(-{x}) * {SQRT1_2!r})', d)})"
 
 
 def _exp(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:
     # float64: runtime.exp_fast (fdlibm's reduction, branch-free: vectorizes; < 0.8 ulp against
-    # mpmath, libm's scalar exp is < 0.51 and ~2.5x slower per element here)
-    return f"exp_fast({a[0]})" if out.dtype is DType.float64 else f"math.exp({a[0]})"
+    # mpmath, libm's scalar exp is < 0.51 and ~2.5x slower per element here); float32:
+    # runtime.exp_f32 in float32 arithmetic (< 1 ulp; 0.55 against libm's 2.5-3.7 ns an element)
+    return f"exp_fast({a[0]})" if out.dtype is DType.float64 else f"exp_f32({a[0]})"
 
 
 def _leaky(s: Step, a: list[str], ins: list[ValueType], out: ValueType) -> str:

@@ -224,8 +224,11 @@ def conv_nd(x, w, b, stride, padding, dilation, groups):
 
 def _conv(nd):
     def factory(node, ins):
+        """im2col + BLAS GEMM where Numba is installed (``backends/cpu/conv.py``), else ``conv_nd``."""
+        from caramba.backends.cpu.conv import conv_kernel
+
         stride, padding, dilation, groups = _conv_params(node, nd)
-        return lambda x, w, b=None: conv_nd(x, w, b, stride, padding, dilation, groups)
+        return conv_kernel(ins[0].shape, ins[1].shape, stride, padding, dilation, groups, node.types[0].dtype.numpy)
 
     return factory
 
@@ -247,6 +250,11 @@ def _pool_params(node):
 def _pool(reduce_fn, pad_value):
     def factory(node, ins):
         k, s, p = _pool_params(node)
+        from caramba.backends.cpu.pool import pool_kernel
+
+        fast = pool_kernel(reduce_fn is np.max, ins[0].shape, k, s, p, node.types[0].shape, node.types[0].dtype.numpy)
+        if fast is not None:  # a Numba loop (``backends/cpu/pool.py``)
+            return fast
 
         def pool(x):
             if any(p):
