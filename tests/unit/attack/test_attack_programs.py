@@ -4,6 +4,7 @@ that tries to exhaust memory or time at run time stops with a ProgramError at it
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def _nest(n: int) -> str:
 BAD_DOCS = [
     ("deep_bodies", _nest(400), "nested more than"),
     ("deep_flow", "name: t\nprogram:\n  - {id: a, op: value.assign, config: {value: " + "[" * 5000 + "]" * 5000
-     + "}, outputs: {value: x}}\n", "nested more than"),
+     + "}, outputs: {value: x}}\n", "nested more than|nesting depth"),  # PyYAML >= 6.0.4 stops it first
     ("self_include", "name: t\nprogram: !include p\n", "include cycle"),
     ("negative_capacity", "name: t\nstate:\n  cache: {type: kv_cache, graph: lm, capacity: -5}\ngraphs:\n"
      "  lm: {type: language_model, model: null}\nprogram:\n  - {id: e, op: io.emit_text, config: {text: x}}\n",
@@ -66,7 +67,7 @@ BAD_DOCS = [
 def test_a_hostile_program_is_a_manifest_error_with_a_line(tmp_path, name, text, fragment):
     with pytest.raises(ManifestError) as info:
         _load(tmp_path, text)
-    assert fragment in str(info.value)
+    assert re.search(fragment, str(info.value)), str(info.value)
     assert "p.yml:" in str(info.value)  # file and line
 
 
