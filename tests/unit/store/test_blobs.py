@@ -3,30 +3,16 @@
 The same contract runs on the local store and on S3 (a moto server on 127.0.0.1)."""
 
 import os
-import socket
 
 import pytest
 
 from caramba.store import BlobExists, BlobNotFound, IntegrityError, LocalBlobStore, StoreError, open_store
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    port = _free_port()
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+@pytest.fixture
+def s3_endpoint(moto_endpoint):
+    """The session's loopback moto server (tests/unit/store/conftest.py)."""
+    return moto_endpoint
 
 
 @pytest.fixture(autouse=True)
