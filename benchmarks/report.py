@@ -120,7 +120,20 @@ TARGETS: tuple[tuple[str, str, str, str, float], ...] = (
     ("gpt2_small_forward", "8x128 float32", "caramba:cpu", "torch", 1.2),
     ("resnet18_forward", "8x3x64x64 float32", "caramba:cpu", "torch", 1.3),
     ("resnet18_forward", "8x3x64x64 float64", "caramba:cpu", "torch", 1.0),
+    ("resnet18_train_step", "8x3x64x64 float32", "caramba:cpu", "torch", 1.3),
+    ("resnet18_train_step", "8x3x64x64 float64", "caramba:cpu", "torch", 1.0),
+    ("transformer_block", "8x128x256 float64", "caramba:cpu", "jax|torch", 1.1),
+    ("dense", "256x1024x4096 +gelu float32", "caramba:cpu", "jax", 1.3),
 )
+
+
+def _best_peer(by: dict, workload: str, case: str, peer: str) -> Result | None:
+    """The peer's result; for ``"a|b"`` the fastest of those that ran (a target against the best of several)."""
+    found = [r for p in peer.split("|") if (r := by.get((workload, case, p))) is not None]
+    ok = [r for r in found if r.status == "ok" and r.median_s]
+    if ok:
+        return min(ok, key=lambda r: r.median_s)
+    return found[0] if found else None
 
 
 def target_rows(results: list[Result]) -> list[list[str]]:
@@ -128,9 +141,11 @@ def target_rows(results: list[Result]) -> list[list[str]]:
     by = {(r.workload, r.case, r.impl): r for r in results}
     rows = []
     for w, case, mine, peer, limit in TARGETS:
-        a, b = by.get((w, case, mine)), by.get((w, case, peer))
+        a, b = by.get((w, case, mine)), _best_peer(by, w, case, peer)
         if a is None or b is None:
             continue
+        if "|" in peer:
+            peer = f"best of {peer.replace('|', ', ')} ({b.impl})"
         if a.status != "ok" or b.status != "ok" or not a.median_s or not b.median_s:
             rows.append([f"{w} {case}", f"{mine} / {peer}", "-", f"≤ {limit:g}", f"not measured ({a.status} / {b.status})"])
             continue
@@ -144,10 +159,19 @@ def target_rows(results: list[Result]) -> list[list[str]]:
 OVERHEAD_LIMIT = 0.10
 
 
+# Issue 20: the Quickstart's first run with empty caches, from process start to the result table.
+COLD_START_LIMIT_S = 8.0
+
+
 def study_target_rows(studies: list | None) -> list[list[str]]:
-    """The backend-overhead study's rows as targets: each overhead against OVERHEAD_LIMIT."""
+    """Targets read off studies: each backend overhead against OVERHEAD_LIMIT, the cold start
+    against COLD_START_LIMIT_S."""
     rows = []
     for st in studies or []:
+        if st.name == "cold_start" and st.status == "ok":
+            secs = float(st.rows[0][1].split()[0])
+            rows.append(["cold start: Quickstart run, empty caches", "wall clock", f"{secs:.1f} s",
+                         f"≤ {COLD_START_LIMIT_S:g} s", "met" if secs <= COLD_START_LIMIT_S else "**missed**"])
         if st.name != "backend_overhead" or st.status != "ok":
             continue
         for case, pair, _, _, overhead in st.rows:

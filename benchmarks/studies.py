@@ -129,11 +129,25 @@ def _cpu_tuning(suite: str):
     return ["case (float64, cpu)", "default settings", "tuned settings", "tuned / default"], rows, notes
 
 
+def _cold_start(suite: str):
+    from benchmarks.cold_start import measure
+
+    r = measure(1 if suite == "quick" else 3)
+    rows = [["empty caches (first run after install)", f"{r['cold_s']:.1f} s", f"{r['cold_cpu_s']:.1f} s"],
+            ["warm caches (every later run)", f"{r['warm_s']:.1f} s", f"{r['warm_cpu_s']:.1f} s"]]
+    notes = [f"`caramba research run examples/digits_mlp.yml` (the README's first command) as a new process, from its "
+             f"start to its exit after the result table; median of {r['runs']}. Empty caches: a fresh caramba cache "
+             "(generated kernels) and Numba cache and a fresh run store. Load average "
+             f"{r['load']:.1f} when measured (only a quiet machine gives the real number)."]
+    return ["run", "wall clock", "CPU time"], rows, notes
+
+
 STUDIES: tuple[Study, ...] = (
     Study("chain_overhead", "Per-node cost of a compiled 200-node elementwise chain (cpu)", ("quick", "full"), ("cpu",), _chain_overhead),
     Study("memory_plan", "Peak memory of a 12-layer MLP forward, with and without the memory planner (cpu)", ("quick", "full"), ("cpu",), _memory_plan),
     Study("pretrained_load", "Loading a Hugging Face checkpoint onto the cpu backend: time and peak memory", ("full",), ("cpu",), _pretrained_load),
     Study("decode", "Generating with a resident KV cache: ms per token at positions 16 and 1000 (GPT-2 small)", ("full",), ("cpu",), _decode),
+    Study("cold_start", "Cold start: the Quickstart's first run with empty caches, and warm", ("full",), ("cpu",), _cold_start),
     Study("cpu_tuning", "The cpu backend with this machine's tuned settings (caramba backends --tune) against its defaults", ("full",), ("cpu",), _cpu_tuning),
     Study("backend_overhead", "What the xla and onnx backends cost over JAX and ONNX Runtime used directly", ("full",), ("xla", "onnx"), _backend_overhead),
 )

@@ -2,6 +2,7 @@
 
 from benchmarks.workloads.chain import Chain
 from benchmarks.workloads.cnn import Conv2d, Pool2d, ResNet18Forward
+from benchmarks.workloads.cnn_train import ResNet18Train
 from benchmarks.workloads.compile_time import CompileTime
 from benchmarks.workloads.dense import Dense
 from benchmarks.workloads.elementwise import Gelu
@@ -12,7 +13,7 @@ from benchmarks.workloads.norms import LayerNorm, LayerNormGrad, RmsNorm, RmsNor
 from benchmarks.workloads.transformer import TransformerBlock
 
 WORKLOADS = [Gemm(), Dense(), Softmax(), LayerNorm(), RmsNorm(), SoftmaxGrad(), LayerNormGrad(), RmsNormGrad(), Gelu(), Chain(), MlpTrain(), TransformerBlock(), CharGptTrain(), Gpt2SmallForward(), Conv2d(), Pool2d(),
-             ResNet18Forward(), CompileTime()]
+             ResNet18Forward(), ResNet18Train(), CompileTime()]
 
 
 def by_name(names: list[str] | None, also_known: tuple[str, ...] = ()):

@@ -21,8 +21,10 @@ import numpy as np
 OUT = Path(__file__).resolve().parent / "tmaze_agent.safetensors"
 
 
-def tmaze(p_reward: float = 0.98, reward: float = 3.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(A [7, 8], B [8, 8, 4], C [7])`` of the T-maze."""
+def tmaze(p_reward: float = 0.98, reward: float = 3.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(A [7, 8], B [8, 8, 4], C [7], D [8])`` of the T-maze (``D``: at the centre, either
+    context). The tests build pymdp's model from the same function
+    (tests/unit/ops/test_active_inference.py)."""
     a, b = np.zeros((7, 8)), np.zeros((8, 8, 4))
     for loc in range(4):
         for ctx in range(2):
@@ -37,13 +39,15 @@ def tmaze(p_reward: float = 0.98, reward: float = 3.0) -> tuple[np.ndarray, np.n
                 a[base, s], a[base + 1, s] = (p_reward, 1 - p_reward) if good else (1 - p_reward, p_reward)
             for u in range(4):
                 b[2 * (loc if loc in (1, 2) else u) + ctx, s, u] = 1.0
-    return a, b, np.array([0.0, 0.0, 0.0, reward, -reward, reward, -reward])
+    c = np.array([0.0, 0.0, 0.0, reward, -reward, reward, -reward])
+    d = np.array([0.5, 0.5, 0, 0, 0, 0, 0, 0])
+    return a, b, c, d
 
 
 def main() -> None:
     from caramba.train import safetensors
 
-    a, b, c = tmaze()
+    a, b, c, _ = tmaze()
     tensors = {"agent.model.a_logits": np.log(np.maximum(a, 1e-300)),
                "agent.model.b_logits": np.log(np.maximum(b, 1e-300)), "agent.model.c": c}
     safetensors.save(OUT, tensors, {"format": "caramba", "step": "0", "graph_hash": "", "manifest_hash": ""})

@@ -10,6 +10,7 @@ never a quiet switch to the embedded index.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -29,6 +30,21 @@ def _setup(config: str | None, store: str | None, search_url: str | None = None,
 
     s = load_settings(config, overrides={"store": store, "search_url": search_url, "lineage_uri": lineage_url})
     return _store(config, store), s
+
+
+def _ask(index: Any, question: Callable[[Any], Any]) -> Any:
+    """``question(index)``; the index is closed afterwards, whatever happens."""
+    try:
+        return question(index)
+    finally:
+        index.close()
+
+
+def _printed_json(value: Any, as_json: bool) -> bool:
+    """With ``--json``, print ``value`` as JSON and say so (the caller then prints nothing else)."""
+    if as_json:
+        typer.echo(json.dumps(value, indent=2, default=str))
+    return as_json
 
 
 def register(app: typer.Typer) -> None:
@@ -83,13 +99,8 @@ def register(app: typer.Typer) -> None:
 
         q = SearchQuery.parse(query, where, experiment=experiment, status=status, tags=list(tag), limit=limit)
         runs, s = _setup(config, store, search_url=search_url)
-        index = open_search(runs, s.search_url)
-        try:
-            hits = index.search(q)
-        finally:
-            index.close()
-        if as_json:
-            typer.echo(json.dumps(hits, indent=2))
+        hits = _ask(open_search(runs, s.search_url), lambda index: index.search(q))
+        if _printed_json(hits, as_json):
             return
         if not hits:
             typer.echo("no runs match")
@@ -118,13 +129,8 @@ def register(app: typer.Typer) -> None:
         from caramba.store.index import open_lineage
 
         runs, s = _setup(config, store, lineage_url=lineage_url)
-        index = open_lineage(runs, s.lineage_uri)
-        try:
-            out = index.lineage(node)
-        finally:
-            index.close()
-        if as_json:
-            typer.echo(json.dumps(out, indent=2, default=str))
+        out = _ask(open_lineage(runs, s.lineage_uri), lambda index: index.lineage(node))
+        if _printed_json(out, as_json):
             return
         n = out["node"]
         typer.echo(f"{n['id']}  ({n['label']})")

@@ -16,6 +16,10 @@ Patterns, tried in this order (a node joins at most one fused node):
    sums them) and ``fused.softmax_grad`` / ``fused.log_softmax_grad``. Matched here rather than
    emitted by the rules: a rule does not know its backend, and the chain is what every backend
    runs and what differentiates again;
+   ``conv_grad`` and ``pool_grad`` do the same for the nn.conv1d / nn.conv2d and
+   nn.max_pool2d / nn.avg_pool2d VJPs (``fuse_conv.py``, ``fuse_pool.py``: matched by meaning on
+   index arrays and truth tables) -> ``fused.conv_transpose``, ``fused.conv_weight_grad``,
+   ``fused.max_pool2d_grad``, ``fused.avg_pool2d_grad``;
 5. ``elementwise``: chains of elementwise ops (broadcasts and scalar constants included),
    optionally ending in one reduction -> ``fused.elementwise``.
 
@@ -272,6 +276,97 @@ class Fuser:
             found.append(Fusion(node, [s.id, ln.id], subst))
             self.taken.update((s.id, ln.id))
         return found
+
+    def attention_probs(self) -> list[Fusion]:
+        """softmax(where(causal tril, (q @ swap_last(k)) * scale, -inf)) (the probabilities sdpa's
+        VJP recomputes; the where absent without a causal mask) -> fused.attention_probs(q, k)."""
+        found = []
+        for sm in self.graph.nodes:
+            if sm.op != "nn.softmax" or sm.id in self.taken or len(sm.types) != 1:
+                continue
+            rank = sm.types[0].rank
+            if rank < 2 or sm.attrs["axis"] % rank != rank - 1:
+                continue
+            chain = [sm]
+            node = self.graph.node(sm.inputs[0].node)
+            causal = node.op == "math.where"
+            if causal:
+                keep, s_ref, fill = node.inputs
+                if self.const(fill) != float("-inf") or not self._is_causal_keep(keep, sm.types[0].shape):
+                    continue
+                chain.append(node)
+                node = self.graph.node(s_ref.node)
+            if node.op != "math.mul":
+                continue
+            mm_ref, scale_ref = node.inputs
+            scale = self.const(scale_ref)
+            chain.append(node)
+            mm = self.graph.node(mm_ref.node)
+            if scale is None or mm.op != "linalg.matmul":
+                continue
+            chain.append(mm)
+            q_ref, kt_ref = mm.inputs
+            kt = self.graph.node(kt_ref.node)
+            if kt.op != "shape.transpose" or tuple(kt.attrs["perm"]) != (*range(rank - 2), rank - 1, rank - 2):
+                continue
+            q_t, k_t = self.graph.type_of(q_ref), self.graph.type_of(kt.inputs[0])
+            if (q_t.shape[:-2] != k_t.shape[:-2] or q_t.dtype != sm.types[0].dtype or q_t.rank != rank
+                    or any(n.id in self.taken for n in chain)
+                    or any(self.uses[n.id] != 1 or len(n.types) != 1 for n in chain[1:])
+                    or len({n.precision for n in chain}) != 1):
+                continue
+            if not (self.declared(F.ATTENTION_PROBS, {q_t.dtype}, sm) and self.supports(F.ATTENTION_PROBS, {q_t.dtype}, sm)):
+                continue
+            replaced = [n.id for n in chain] + ([kt.id] if self.uses[kt.id] == 1 else [])
+            replaced.sort(key=self.pos.__getitem__)
+            node = self.make(F.ATTENTION_PROBS, sm, [q_ref, kt.inputs[0]], {"scale": scale, "causal": causal},
+                             sm.types, sm.precision, replaced)
+            found.append(Fusion(node, replaced))
+            self.taken.update(replaced)
+        return found
+
+    def sdpa_probs(self) -> list[Fusion]:
+        """attention.sdpa(q, k, v) and fused.attention_probs(q, k) of the same q, k, scale and mask
+        (a training graph: the VJP recomputes the forward's probabilities) -> one
+        fused.sdpa_probs(q, k, v) in the sdpa's place, its second output the probabilities."""
+        found = []
+        sdpas: dict[tuple[Ref, Ref], list[Node]] = {}
+        for n in self.graph.nodes:
+            if n.op == "attention.sdpa" and len(n.inputs) == 3 and n.id not in self.taken:
+                sdpas.setdefault((n.inputs[0], n.inputs[1]), []).append(n)
+        for p in self.graph.nodes:
+            if p.op != F.ATTENTION_PROBS or p.id in self.taken:
+                continue
+            dt = p.types[0].dtype.numpy
+            for s in sdpas.get((p.inputs[0], p.inputs[1]), ()):
+                d = self.graph.type_of(s.inputs[0]).shape[-1]
+                scale = s.attrs["scale"] if s.attrs["scale"] is not None else 1.0 / np.sqrt(d)
+                if (s.id in self.taken or bool(s.attrs["causal"]) != bool(p.attrs["causal"])
+                        or dt.type(scale) != dt.type(p.attrs["scale"]) or self.pos[s.id] > self.pos[p.id]
+                        or s.precision != p.precision or not self.declared(F.SDPA_PROBS, {p.types[0].dtype}, s)
+                        or not self.supports(F.SDPA_PROBS, {p.types[0].dtype}, s)):
+                    continue
+                node = self.make(F.SDPA_PROBS, s, list(s.inputs), {"scale": p.attrs["scale"], "causal": p.attrs["causal"]},
+                                 (s.types[0], p.types[0]), s.precision, [s.id, p.id])
+                found.append(Fusion(node, [s.id, p.id], {Ref(p.id, 0): Ref(s.id, 1)}))
+                self.taken.update((s.id, p.id))
+                break
+        return found
+
+    def const(self, ref: Ref) -> float | None:
+        """The value of a one-element float constant, else None."""
+        n = self.graph.node(ref.node)
+        if n.op != "graph.constant" or n.attrs["value"].size != 1 or not n.types[0].dtype.is_float:
+            return None
+        return float(n.attrs["value"].reshape(()))
+
+    def _is_causal_keep(self, ref: Ref, shape: tuple[int, ...]) -> bool:
+        """Is ``ref`` the bool constant tril(ones(Tq, Tk), Tk - Tq) of sdpa's causal mask?"""
+        n = self.graph.node(ref.node)
+        tq, tk = shape[-2], shape[-1]
+        if n.op != "graph.constant" or n.types[0].dtype is not DType.bool or n.types[0].shape != (tq, tk):
+            return False
+        return bool(np.array_equal(n.attrs["value"], np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)))
 
     def softmax(self) -> list[Fusion]:
         found = []
@@ -532,6 +627,22 @@ class Fuser:
                         break
         return found
 
+    def conv_grad(self) -> list[Fusion]:
+        """The input- and weight-gradient chains of the nn.conv1d / nn.conv2d VJP ->
+        fused.conv_transpose / fused.conv_weight_grad (``fuse_conv.py``: matched by evaluating
+        their shape ops on index arrays)."""
+        from caramba.compiler import fuse_conv
+
+        return fuse_conv.conv_transpose(self, _GradMatch(self)) + fuse_conv.conv_weight_grad(self, _GradMatch(self))
+
+    def pool_grad(self) -> list[Fusion]:
+        """The nn.max_pool2d / nn.avg_pool2d VJP chains -> fused.max_pool2d_grad /
+        fused.avg_pool2d_grad (``fuse_pool.py``: placements and crops matched on index arrays,
+        the first-maximum conditions on truth tables)."""
+        from caramba.compiler import fuse_pool
+
+        return fuse_pool.pool_grad(self, _GradMatch(self))
+
     def elementwise(self) -> list[Fusion]:
         found = []
         for root in reversed(self.graph.nodes):
@@ -655,7 +766,8 @@ def _apply(graph: Graph, fusions: list[Fusion]) -> Graph:
     return graph.rebuilt(nodes, outputs)
 
 
-PATTERNS = ("linear", "layer_norm_residual", "softmax", "decomposed_softmax", "norm_grad", "softmax_grad", "elementwise")
+PATTERNS = ("linear", "layer_norm_residual", "attention_probs", "sdpa_probs", "softmax", "decomposed_softmax", "norm_grad", "softmax_grad", "conv_grad",
+            "pool_grad", "elementwise")
 
 
 def fuse(graph: Graph, ctx: PassContext) -> PassResult:

@@ -19,7 +19,7 @@ from caramba.errors import CarambaError, did_you_mean
 from caramba.manifest.errors import ManifestError
 from caramba.manifest.loader import OVERRIDE_PATH, Document, _flow, load, load_string
 from caramba.manifest.lower import MAX_IR_NODES, Lowered, check_sizes, lower_topology, origin_error
-from caramba.manifest.schema import MAX_DATA_VALUES, MAX_RUNS, Manifest, Target, validate
+from caramba.manifest.schema import MAX_DATA_VALUES, MAX_RUNS, Manifest, validate
 
 
 @dataclass
@@ -193,9 +193,7 @@ def _bind_data(prep: Prepared, work: _Work | None = None) -> None:
     ds = prep.datasets[prep.data_name]
     spec = m.datasets[prep.data_name]
     t = m.trainer
-    trains = t is not None and any(r.mode == "train" and (r.steps if r.steps is not None else t.steps)
-                                   for tg in m.targets or [Target(name="default")] for r in tg.runs)
-    if trains:
+    if m.trains:
         n, batch = ds.size("train"), prep.dims.get("batch", t.batch_size)  # type: ignore[union-attr]
         if n == 0 or (batch > n and not isinstance(ds, TextDataset)):
             raise doc.error(("datasets", prep.data_name, "split"), f"dataset '{prep.data_name}' has {n} training "
@@ -244,7 +242,7 @@ def check(source: str | Path | Document, overrides: Mapping[str, Any] | Iterable
     manifest each tuner arm makes."""
     work = _Work() if _work is None else _work
     prep = prepare(source, overrides, _work=work)
-    training = prep.manifest.trainer is not None
+    training = prep.manifest.trains  # runs that only evaluate need nothing left to train (model.freeze)
     key = json.dumps([prep.doc.data.get("topology"), prep.doc.data.get("model"), prep.dims, training], sort_keys=True,
                      default=str)
     low = work.lowered.get(key)
@@ -334,9 +332,10 @@ def _check_outputs(prep: Prepared, low: Lowered) -> None:
     m, doc = prep.manifest, prep.doc
     if m.trainer is None:
         return
-    if not low.params and any(r.mode == "train" for t in m.targets or [Target(name="default")] for r in t.runs):
+    if not low.params and m.trains:
         raise doc.error(("topology", "nodes"), "the model has no parameters to train",
-                        hint="add a layer with parameters (e.g. projection.linear) or use only eval runs")
+                        hint="add a layer with parameters (e.g. projection.linear), or only evaluate: runs with "
+                             "mode: eval, or trainer.steps: 0")
     from caramba.run import build_optimizer  # what a run builds: the same refusals (nesterov without momentum)
 
     for steps in sorted({r.steps if r.steps is not None else m.trainer.steps for t in m.targets for r in t.runs}
@@ -353,7 +352,8 @@ def _check_outputs(prep: Prepared, low: Lowered) -> None:
             raise doc.error(path, f"{what}; '{name}' is {t}", hint="reduce it (e.g. reduce.mean) or name a loss/metric node")
         if path[0] == "metrics" and name in reserved and name != m.trainer.loss:
             raise doc.error(path, f"metric '{name}' has the name of a train step output ({', '.join(sorted(reserved))})")
-    _check_differentiable(prep, low)
+    if m.trains:  # a loss only evaluated needs no gradient
+        _check_differentiable(prep, low)
 
 
 def _check_differentiable(prep: Prepared, low: Lowered) -> None:

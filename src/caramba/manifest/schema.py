@@ -673,6 +673,15 @@ class Manifest(Strict):
     def is_experiment(self) -> bool:
         return self.trainer is not None or any(r.mode == "eval" for t in self.targets for r in t.runs)
 
+    @property
+    def trains(self) -> bool:
+        """Some run takes a training step: one in mode train whose steps (its own, else
+        ``trainer.steps``) are not 0. When none does, every run only evaluates and the model
+        needs no trainable parameter."""
+        t = self.trainer
+        return t is not None and any(r.mode == "train" and (r.steps if r.steps is not None else t.steps)
+                                     for tg in self.targets or [Target(name="default")] for r in tg.runs)
+
 
 # ---- validation errors -> ManifestError ---------------------------------------------------
 

@@ -14,6 +14,8 @@ where its Capabilities declare the fusion legal (``caps.can_fuse(pattern, dtype)
 - ``fused.layer_norm_grad`` / ``fused.rms_norm_grad`` / ``fused.softmax_grad`` /
   ``fused.log_softmax_grad``: the VJP chains of the row ops (``autodiff/rules/nn.py``) as one
   node: dx, and for the norms dgamma / dbeta (sums over the leading axes) where the graph has them.
+- ``fused.attention_probs(q, k)`` / ``fused.sdpa_probs(q, k, v)``: the probabilities sdpa's VJP
+  recomputes, and (sdpa, probabilities) where the graph holds both (a train step): once.
 
 Every fused node keeps the ID of the node whose value it computes and names the IDs it
 replaced (in its steps and in its origin note), so errors point back to the source graph.
@@ -303,6 +305,8 @@ def requirements(op_id: str, ins: tuple[ValueType, ...], attrs: Attrs) -> list[t
         out.append((LAYER_NORM_RESIDUAL, frozenset(t.dtype for t in ins)))
     elif op_id in GRAD_OPS:
         out += grad_requirements(op_id, ins)
+    elif op_id in CONV_GRAD_OPS:
+        out += grad_requirements(op_id, ins)
     return out
 
 
@@ -401,3 +405,203 @@ GRAD_OPS = (LAYER_NORM_GRAD, RMS_NORM_GRAD, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD)
 def grad_requirements(op_id: str, ins: tuple[ValueType, ...]) -> list[tuple[str, frozenset]]:
     """The pattern a backend declares to compute one of ``GRAD_OPS`` (named as the op)."""
     return [(op_id, frozenset(t.dtype for t in ins))]
+
+
+# ---- convolution backward: what the fuse pass makes of the input-gradient chain of the
+# nn.conv1d / nn.conv2d VJP (dilate the cotangent by the stride, pad it fully, correlate with
+# the flipped, group-transposed kernel, crop the padding) --------------------------------------
+
+CONV_TRANSPOSE = "fused.conv_transpose"
+
+
+def conv_out_size(size: int, k: int, stride: int, pad: int, dil: int) -> int:
+    """The output length of a convolution along one axis (``nn.conv*``'s type rule)."""
+    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+def _conv_grad_attrs(op_id: str, nd: int, a: Attrs, extent: str) -> dict[str, tuple[int, ...]]:
+    """stride, padding, dilation and ``extent`` (size or kernel), one entry per spatial axis."""
+    per = {k: tuple(a[k]) for k in ("stride", "padding", "dilation", extent)}
+    if any(len(v) != nd for v in per.values()):
+        raise GraphError(f"{op_id}: stride, padding, dilation and {extent} need {nd} entries each, got {per}")
+    if any(v <= 0 for k in ("stride", "dilation", extent) for v in per[k]) or any(v < 0 for v in per["padding"]):
+        raise GraphError(f"{op_id}: stride, dilation and {extent} must be positive, padding >= 0, got {per}")
+    return per
+
+
+def _conv_transpose(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    ct, w = ins
+    same_dtype(CONV_TRANSPOSE, ins)
+    require_dtype(CONV_TRANSPOSE, ct, FLOATS)
+    nd = ct.rank - 2
+    if nd not in (1, 2) or w.rank != ct.rank:
+        raise GraphError(f"{CONV_TRANSPOSE} needs ct [N, O, *S] and w [O, C/g, *K] with 1 or 2 spatial axes, got {ct} and {w}")
+    per = _conv_grad_attrs(CONV_TRANSPOSE, nd, a, "size")
+    g = a["groups"]
+    o, cg = w.shape[:2]
+    if g <= 0 or o % g or ct.shape[1] != o:
+        raise GraphError(f"{CONV_TRANSPOSE}: cotangent {list(ct.shape)}, weight {list(w.shape)} and groups={g} do not agree")
+    for i in range(nd):
+        want = conv_out_size(per["size"][i], w.shape[2 + i], per["stride"][i], per["padding"][i], per["dilation"][i])
+        if want != ct.shape[2 + i]:
+            raise GraphError(f"{CONV_TRANSPOSE}: a convolution of size {list(per['size'])} gives spatial axis {i} of "
+                             f"{want}, the cotangent has {ct.shape[2 + i]}")
+    return (ValueType((ct.shape[0], g * cg, *per["size"]), ct.dtype),)
+
+
+conv_transpose = define(
+    CONV_TRANSPOSE,
+    _conv_transpose,
+    2,
+    (Attr("stride", "ints"), Attr("padding", "ints"), Attr("dilation", "ints"), Attr("groups", "int", 1),
+     Attr("size", "ints", doc="the spatial shape of the convolution's input (the result's)")),
+    differentiable=False,
+    doc="(ct, w) -> dx: the input gradient of nn.conv1d / nn.conv2d (a transposed convolution), "
+        "computed as w^T x cotangent columns scattered back (col2im), with no inserted zeros.",
+)
+
+
+CONV_WEIGHT_GRAD = "fused.conv_weight_grad"
+
+
+def _conv_weight_grad(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    x, ct = ins
+    same_dtype(CONV_WEIGHT_GRAD, ins)
+    require_dtype(CONV_WEIGHT_GRAD, x, FLOATS)
+    nd = x.rank - 2
+    if nd not in (1, 2) or ct.rank != x.rank or ct.shape[0] != x.shape[0]:
+        raise GraphError(f"{CONV_WEIGHT_GRAD} needs x [N, C, *S] and ct [N, O, *So] with 1 or 2 spatial axes, got {x} and {ct}")
+    per = _conv_grad_attrs(CONV_WEIGHT_GRAD, nd, a, "kernel")
+    g = a["groups"]
+    c, o = x.shape[1], ct.shape[1]
+    if g <= 0 or c % g or o % g:
+        raise GraphError(f"{CONV_WEIGHT_GRAD}: {c} input channels, {o} output channels and groups={g} do not agree")
+    for i in range(nd):
+        want = conv_out_size(x.shape[2 + i], per["kernel"][i], per["stride"][i], per["padding"][i], per["dilation"][i])
+        if want != ct.shape[2 + i]:
+            raise GraphError(f"{CONV_WEIGHT_GRAD}: a convolution of {list(x.shape)} with kernel {list(per['kernel'])} "
+                             f"gives spatial axis {i} of {want}, the cotangent has {ct.shape[2 + i]}")
+    return (ValueType((o, c // g, *per["kernel"]), x.dtype),)
+
+
+conv_weight_grad = define(
+    CONV_WEIGHT_GRAD,
+    _conv_weight_grad,
+    2,
+    (Attr("stride", "ints"), Attr("padding", "ints"), Attr("dilation", "ints"), Attr("groups", "int", 1),
+     Attr("kernel", "ints", doc="the weight's kernel shape")),
+    differentiable=False,
+    doc="(x, ct) -> dw: the weight gradient of nn.conv1d / nn.conv2d (the forward convolution's "
+        "stride, padding, dilation, groups): cotangent x im2col(x)^T, one GEMM per group.",
+)
+
+# ---- pooling backward: the nn.max_pool2d / nn.avg_pool2d VJPs (k*k slices, compares, wheres and
+# placements summed) as one pass over the windows -------------------------------------------------
+
+MAX_POOL2D_GRAD = "fused.max_pool2d_grad"
+AVG_POOL2D_GRAD = "fused.avg_pool2d_grad"
+_POOL_GRAD_ATTRS = (Attr("kernel", "ints"), Attr("stride", "ints"), Attr("padding", "ints"))
+
+
+def _pool_window_check(op_id: str, ct: ValueType, size: tuple[int, ...], a: Attrs) -> None:
+    k, s, p = (tuple(a[n]) for n in ("kernel", "stride", "padding"))
+    if not (len(k) == len(s) == len(p) == len(size) == 2) or min(k + s + size) <= 0 or min(p) < 0 or any(
+            2 * pi > ki for pi, ki in zip(p, k, strict=True)):
+        raise GraphError(f"{op_id}: kernel, stride, padding and size need 2 entries each (positive; padding at most "
+                         f"half the kernel), got kernel={list(k)} stride={list(s)} padding={list(p)} size={list(size)}")
+    want = tuple((size[i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(2))
+    if ct.rank != 4 or ct.shape[2:] != want:
+        raise GraphError(f"{op_id}: pooling {list(size)} gives windows {list(want)}, the cotangent is {list(ct.shape)}")
+
+
+def _max_pool2d_grad(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    x, y, ct = ins
+    same_dtype(MAX_POOL2D_GRAD, ins)
+    require_dtype(MAX_POOL2D_GRAD, x, FLOATS)
+    if x.rank != 4 or y.shape != ct.shape or ct.shape[:2] != x.shape[:2]:
+        raise GraphError(f"{MAX_POOL2D_GRAD} needs x [N, C, H, W], the pooled y and its cotangent [N, C, Ho, Wo], "
+                         f"got {x}, {y}, {ct}")
+    _pool_window_check(MAX_POOL2D_GRAD, ct, x.shape[2:], a)
+    return (x,)
+
+
+max_pool2d_grad = define(
+    MAX_POOL2D_GRAD,
+    _max_pool2d_grad,
+    3,
+    _POOL_GRAD_ATTRS,
+    differentiable=False,
+    doc="(x, y, ct) -> dx: the VJP of nn.max_pool2d given its output y: each window's first element "
+        "equal to its maximum (row-major, padding as -inf) takes the window's cotangent.",
+)
+
+
+def _avg_pool2d_grad(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    (ct,) = ins
+    require_dtype(AVG_POOL2D_GRAD, ct, FLOATS)
+    size = tuple(a["size"])
+    _pool_window_check(AVG_POOL2D_GRAD, ct, size, a)
+    return (ValueType(ct.shape[:2] + size, ct.dtype),)
+
+
+avg_pool2d_grad = define(
+    AVG_POOL2D_GRAD,
+    _avg_pool2d_grad,
+    1,
+    _POOL_GRAD_ATTRS + (Attr("size", "ints", doc="the pooled input's spatial shape (the result's)"),),
+    differentiable=False,
+    doc="ct -> dx: the VJP of nn.avg_pool2d: ct * (1 / (kh*kw)) added to every element of its window "
+        "(padding dropped).",
+)
+
+CONV_GRAD_OPS = (CONV_TRANSPOSE, CONV_WEIGHT_GRAD, MAX_POOL2D_GRAD, AVG_POOL2D_GRAD)
+
+
+# ---- attention probabilities: the recomputation in sdpa's VJP (autodiff/rules/attention.py) --
+ATTENTION_PROBS = "fused.attention_probs"
+
+
+def _attention_probs(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    q, k = ins
+    same_dtype(ATTENTION_PROBS, ins)
+    require_dtype(ATTENTION_PROBS, q, FLOATS)
+    if q.rank < 2 or k.rank != q.rank or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise GraphError(f"{ATTENTION_PROBS} needs q [..., Tq, D] and k [..., Tk, D] of one batch shape, got {q}, {k}")
+    if a["causal"] and q.shape[-2] > k.shape[-2]:
+        raise GraphError(f"{ATTENTION_PROBS} causal needs Tq <= Tk, got {q.shape[-2]} > {k.shape[-2]}")
+    return (ValueType(q.shape[:-1] + (k.shape[-2],), q.dtype),)
+
+
+attention_probs = define(
+    ATTENTION_PROBS,
+    _attention_probs,
+    2,
+    (Attr("scale", "float", 1.0, doc="multiplies q @ k^T before the softmax"),
+     Attr("causal", "bool", False, doc="keep key j <= i + Tk - Tq only (the causal mask aligned bottom-right)")),
+    differentiable=False,
+    doc="softmax(where(causal mask, (q @ k^T) * scale, -inf)) over the keys: the probabilities sdpa's VJP "
+        "recomputes, as one node (a backend may skip the masked entries).",
+)
+
+
+SDPA_PROBS = "fused.sdpa_probs"
+
+
+def _sdpa_probs(ins: tuple[ValueType, ...], a: Attrs) -> tuple[ValueType, ...]:
+    q, k, v = ins
+    (p,) = _attention_probs((q, k), a)
+    if v.shape[:-2] != q.shape[:-2] or v.shape[-2] != k.shape[-2] or v.dtype != q.dtype:
+        raise GraphError(f"{SDPA_PROBS} needs v [..., Tk, Dv] of q's batch shape and dtype, got q {q}, k {k}, v {v}")
+    return (ValueType(q.shape[:-1] + (v.shape[-1],), q.dtype), p)
+
+
+sdpa_probs = define(
+    SDPA_PROBS,
+    _sdpa_probs,
+    3,
+    (Attr("scale", "float", 1.0, doc="multiplies q @ k^T before the softmax"),
+     Attr("causal", "bool", False, doc="keep key j <= i + Tk - Tq only (the causal mask aligned bottom-right)")),
+    differentiable=False,
+    doc="(sdpa(q, k, v), its probabilities): a training graph's forward sdpa and the probabilities its VJP "
+        "recomputes (fused.attention_probs of the same q, k), computed once.",
+)

@@ -88,7 +88,9 @@ class ManifestRun:
         self.fetch_log = ("loss", "lr", *(("grad_norm",) if t.grad_clip else ()), *extras)
         self.feeder = Feeder(prep, batch)
         model = manifest_model(prep)
-        optimizer = build_optimizer(prep, max(spec.steps, 1))
+        # a run with no steps (mode: eval, steps: 0) only evaluates: no backward pass, no update, so
+        # a model with no trainable parameter (a frozen checkpoint, a parameter-free topology) runs
+        optimizer = build_optimizer(prep, spec.steps) if spec.steps else None
 
         def loss_fn(model: Any, **ins: Any) -> Any:
             out = model(**ins)

@@ -60,15 +60,22 @@ class TrainStep:
     ``(loss, {name: value})`` with extra outputs (metrics). Outputs of the graph: ``loss``, the
     extras, ``lr``, ``step`` and (when the optimizer clips) ``grad_norm``. Gradients are taken
     with respect to every trainable parameter of ``model`` (all reads of its state).
+
+    ``optimizer=None`` makes an evaluation-only step: forward, loss and the step counter, no
+    gradient and no update (outputs ``loss``, the extras and ``step``), so the model needs no
+    trainable parameter (a frozen pretrained model, a parameter-free topology); its parameters
+    are still state, initialized and checkpointed like any, and ``eval_graph`` reads them.
     """
 
-    def __init__(self, model: Module, loss_fn: Callable[..., Any], optimizer: Optimizer,
+    def __init__(self, model: Module, loss_fn: Callable[..., Any], optimizer: Optimizer | None,
                  inputs: Mapping[str, InputSpec], *, name: str = "train_step") -> None:
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         self.inputs = dict(inputs)
-        self.params = model.parameters(trainable_only=True)
-        if not self.params:
-            raise ConfigError("the model has no trainable parameters")
+        self.params = model.parameters(trainable_only=True) if optimizer is not None else {}
+        if optimizer is not None and not self.params:
+            raise ConfigError("the model has no trainable parameters, so there is nothing to train",
+                              hint="unfreeze a parameter, or evaluate only (optimizer=None; in a manifest a run "
+                                   "with mode: eval or steps: 0)")
         self.graph = self._build(name)
         self.extras = tuple(k for k in self.graph.outputs if k != "loss")
 
@@ -79,7 +86,7 @@ class TrainStep:
             step = g.variable(STEP, (), DType.int64, init="zeros") + g.constant(np.ones((), np.int64))
             token = STEP_KEY.set(step)
             was_training = self.model.training
-            self.model.train()
+            self.model.train(self.optimizer is not None)  # an evaluation-only step runs the model in eval mode
             try:
                 loss, extras = _split_result(self.loss_fn(self.model, **ins))
             finally:
@@ -97,7 +104,7 @@ class TrainStep:
             for n in unused:  # never read by the loss: a zero gradient (weight decay still applies)
                 grads[n] = g.constant(np.zeros((), dtype=reads[n].dtype.numpy))
                 grads[n] = g.call("shape.broadcast_to", (grads[n],), {"shape": reads[n].shape})
-            report = self.optimizer.update(g, reads, grads, step)
+            report = self.optimizer.update(g, reads, grads, step) if self.optimizer is not None else {}
             g.write(STEP, step)
             g.output("loss", loss)
             reserved = {"loss", "step", *report}

@@ -17,7 +17,7 @@ from caramba import ir
 from caramba.ops import fused as F
 from caramba.ops.linalg import MATMUL_DTYPES
 
-from ..harness import FLOATS, NUMERIC, Case, Expect, arg, bad, row, tol, uniform
+from ..harness import FLOATS, NUMERIC, SUBJECT, Case, Expect, arg, bad, row, tol, uniform
 from ..reference import (
     DPS,
     along,
@@ -341,4 +341,235 @@ def _softmax_grad_row(op, log):
 SOFTMAX_GRAD = _softmax_grad_row("fused.softmax_grad", False)
 LOG_SOFTMAX_GRAD = _softmax_grad_row("fused.log_softmax_grad", True)
 
-ROWS = [ELEMENTWISE, LINEAR, LAYER_NORM_RESIDUAL, SOFTMAX, LAYER_NORM_GRAD, RMS_NORM_GRAD, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD]
+# ---- fused.attention_probs: the probabilities sdpa's VJP recomputes ------------------------------
+
+
+def _attention_probs_ref(q, k, *, scale, causal):
+    """sdpa's mpmath loop with v = identity: its output is the probabilities themselves."""
+    from ..reference import sdpa_loop
+
+    eye = np.broadcast_to(np.eye(k.shape[-2]), k.shape[:-1] + (k.shape[-2],))
+    return sdpa_loop(q, k, eye, None, scale, causal)
+
+
+ATTENTION_PROBS = row(
+    "fused.attention_probs",
+    FLOATS,
+    [Case(f"{qs}-{ks}-scale={sc}-causal={c}", (arg(qs, uniform(-2, 2)), arg(ks, uniform(-2, 2))),
+          {"scale": sc, "causal": c}, _attention_probs_ref, tol(4, 4, float16=(4, 8)))
+     for qs, ks, sc, c in (((2, 3, 5, 4), (2, 3, 5, 4), 0.5, True), ((3, 4), (7, 4), 0.7, True),
+                           ((2, 5, 3), (2, 6, 3), -0.4, False), ((1, 2, 33, 8), (1, 2, 33, 8), 0.35, True))],
+    [bad("causal needs Tq <= Tk, got 6 > 5", ((6, 4), ir.DType.float64), ((5, 4), ir.DType.float64), causal=True),
+     bad("of one batch shape", ((2, 5, 4), ir.DType.float64), ((3, 5, 4), ir.DType.float64))],
+)
+
+# ---- convolution and pooling backward (what fuse makes of the nn.conv* / nn.*_pool2d VJPs) -------
+
+
+def _as2d(a, nd):
+    return a if nd == 2 else a[:, :, None, :]
+
+
+def _conv_taps(x_shape, k_shape, stride, padding, dilation):
+    """(oy, ox, i, j, padded row, padded column) of every tap of a 2-D convolution."""
+    ho = (x_shape[2] + 2 * padding[0] - dilation[0] * (k_shape[0] - 1) - 1) // stride[0] + 1
+    wo = (x_shape[3] + 2 * padding[1] - dilation[1] * (k_shape[1] - 1) - 1) // stride[1] + 1
+    for oy in range(ho):
+        for ox in range(wo):
+            for i in range(k_shape[0]):
+                for j in range(k_shape[1]):
+                    yield oy, ox, i, j, oy * stride[0] + i * dilation[0], ox * stride[1] + j * dilation[1]
+
+
+def _per2(v, nd):
+    return tuple(v) if nd == 2 else (1,) + tuple(v)
+
+
+def _conv_transpose_ref(ct, w, *, stride, padding, dilation, groups, size):
+    """dx of a convolution by its definition: every tap adds w * ct to the input element it read."""
+    nd = ct.ndim - 2
+    st, pd, dl = _per2(stride, nd), (0,) + tuple(padding) if nd == 1 else tuple(padding), _per2(dilation, nd)
+    c2, w2 = _as2d(np.asarray(ct, np.float64), nd), _as2d(np.asarray(w, np.float64), nd)
+    n, o = c2.shape[:2]
+    cg = w2.shape[1]
+    og = o // groups
+    hw = ((1,) + tuple(size)) if nd == 1 else tuple(size)
+    acc = np.zeros((n, groups * cg, hw[0] + 2 * pd[0], hw[1] + 2 * pd[1]))
+    sc = np.zeros_like(acc)
+    for oy, ox, i, j, py, px in _conv_taps((n, groups * cg) + hw, w2.shape[2:], st, pd, dl):
+        for g in range(groups):
+            c = c2[:, g * og:(g + 1) * og, oy, ox]
+            k = w2[g * og:(g + 1) * og, :, i, j]
+            acc[:, g * cg:(g + 1) * cg, py, px] += c @ k
+            sc[:, g * cg:(g + 1) * cg, py, px] += np.abs(c) @ np.abs(k)
+    crop = (slice(None), slice(None), slice(pd[0], pd[0] + hw[0]), slice(pd[1], pd[1] + hw[1]))
+    out, scale = acc[crop], sc[crop]
+    return Expect(out[:, :, 0] if nd == 1 else out, scale[:, :, 0] if nd == 1 else scale)
+
+
+def _conv_weight_grad_ref(x, ct, *, stride, padding, dilation, groups, kernel):
+    """dw of a convolution by its definition: every tap adds ct * the input element it read."""
+    nd = x.ndim - 2
+    st, pd, dl = _per2(stride, nd), (0,) + tuple(padding) if nd == 1 else tuple(padding), _per2(dilation, nd)
+    x2, c2 = _as2d(np.asarray(x, np.float64), nd), _as2d(np.asarray(ct, np.float64), nd)
+    k2 = _per2(kernel, nd)
+    c = x2.shape[1]
+    o = c2.shape[1]
+    cg, og = c // groups, o // groups
+    xp = np.pad(x2, ((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1])))
+    out, sc = np.zeros((o, cg) + k2), np.zeros((o, cg) + k2)
+    for oy, ox, i, j, py, px in _conv_taps(x2.shape, k2, st, pd, dl):
+        for g in range(groups):
+            cv = c2[:, g * og:(g + 1) * og, oy, ox]
+            xv = xp[:, g * cg:(g + 1) * cg, py, px]
+            out[g * og:(g + 1) * og, :, i, j] += cv.T @ xv
+            sc[g * og:(g + 1) * og, :, i, j] += np.abs(cv.T) @ np.abs(xv)
+    return Expect(out[:, :, 0] if nd == 1 else out, sc[:, :, 0] if nd == 1 else sc)
+
+
+def _conv_grad_cases(weight: bool):
+    cases = []
+    # (x shape, weight shape, stride, padding, dilation, groups)
+    for xs, ws, s, p, d, g in (((2, 3, 7, 6), (4, 3, 3, 3), (2, 2), (1, 1), (1, 1), 1),
+                               ((1, 4, 9, 9), (6, 2, 3, 3), (2, 1), (0, 2), (2, 1), 2),
+                               ((2, 4, 5, 5), (4, 1, 1, 1), (2, 2), (0, 0), (1, 1), 4),
+                               ((2, 3, 11), (4, 3, 3), (3,), (1,), (2,), 1)):
+        nd = len(xs) - 2
+        so = tuple((xs[2 + i] + 2 * p[i] - d[i] * (ws[2 + i] - 1) - 1) // s[i] + 1 for i in range(nd))
+        ct = (xs[0], ws[0]) + so
+        label = f"x{'x'.join(map(str, xs))}-w{'x'.join(map(str, ws))}-s{s}-p{p}-d{d}-g{g}".replace(" ", "")
+        attrs = {"stride": s, "padding": p, "dilation": d, "groups": g}
+        if weight:
+            cases.append(Case(label, (arg(xs, uniform(-2, 2)), arg(ct, uniform(-2, 2))), {**attrs, "kernel": ws[2:]},
+                              _conv_weight_grad_ref, DOT))
+        else:
+            cases.append(Case(label, (arg(ct, uniform(-2, 2)), arg(ws, uniform(-2, 2))), {**attrs, "size": xs[2:]},
+                              _conv_transpose_ref, DOT))
+    return cases
+
+
+CONV_TRANSPOSE = row(
+    "fused.conv_transpose",
+    FLOATS,
+    _conv_grad_cases(False),
+    [bad("do not agree", ((1, 4, 3, 3), ir.DType.float64), ((6, 2, 3, 3), ir.DType.float64), stride=(1, 1), padding=(0, 0),
+         dilation=(1, 1), size=(5, 5)),
+     bad("gives spatial axis 0", ((1, 4, 3, 3), ir.DType.float64), ((4, 2, 3, 3), ir.DType.float64), stride=(1, 1),
+         padding=(0, 0), dilation=(1, 1), size=(9, 9))],
+)
+
+CONV_WEIGHT_GRAD = row(
+    "fused.conv_weight_grad",
+    FLOATS,
+    _conv_grad_cases(True),
+    [bad("gives spatial axis 0", ((1, 4, 5, 5), ir.DType.float64), ((1, 6, 3, 3), ir.DType.float64), stride=(1, 1),
+         padding=(0, 0), dilation=(1, 1), kernel=(4, 3)),
+     bad("do not agree", ((1, 4, 5, 5), ir.DType.float64), ((1, 6, 3, 3), ir.DType.float64), stride=(1, 1),
+         padding=(0, 0), dilation=(1, 1), kernel=(3, 3), groups=4)],
+)
+
+
+def _windows(shape, kernel, stride, padding):
+    """(oy, ox, [(iy, ix) of the window in row-major order, None where padding])."""
+    h, w = shape[2:]
+    ho = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    wo = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    for oy in range(ho):
+        for ox in range(wo):
+            taps = []
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    iy, ix = oy * stride[0] - padding[0] + i, ox * stride[1] - padding[1] + j
+                    taps.append((iy, ix) if 0 <= iy < h and 0 <= ix < w else None)
+            yield oy, ox, taps
+
+
+def _max_pool_grad_ref(x, ct, *, kernel, stride, padding):
+    """The first maximum of each window (padding as -inf) takes the window's cotangent."""
+    x, ct = np.asarray(x, np.float64), np.asarray(ct, np.float64)
+    out, sc = np.zeros(x.shape), np.zeros(x.shape)
+    for b in range(x.shape[0]):
+        for ch in range(x.shape[1]):
+            for oy, ox, taps in _windows(x.shape, kernel, stride, padding):
+                vals = [x[b, ch, t[0], t[1]] if t is not None else -math.inf for t in taps]
+                m = max(vals)
+                t = taps[vals.index(m)]
+                if t is not None:
+                    out[b, ch, t[0], t[1]] += ct[b, ch, oy, ox]
+                    sc[b, ch, t[0], t[1]] += abs(ct[b, ch, oy, ox])
+    return Expect(out, sc)
+
+
+def _avg_pool_grad_ref(ct, *, kernel, stride, padding, size):
+    ct = np.asarray(ct, np.float64)
+    shape = ct.shape[:2] + tuple(size)
+    out, sc = np.zeros(shape), np.zeros(shape)
+    for oy, ox, taps in _windows(shape, kernel, stride, padding):
+        for t in taps:
+            if t is not None:
+                out[:, :, t[0], t[1]] += ct[:, :, oy, ox] / (kernel[0] * kernel[1])
+                sc[:, :, t[0], t[1]] += np.abs(ct[:, :, oy, ox]) / (kernel[0] * kernel[1])
+    return Expect(out, sc)
+
+
+# (x shape, kernel, stride, padding): overlapping, tiling, padded, and non-square windows
+POOL_GRAD_SHAPES = (((2, 3, 7, 7), (3, 3), (2, 2), (1, 1)), ((1, 2, 6, 6), (2, 2), (2, 2), (0, 0)),
+                    ((2, 1, 5, 8), (3, 2), (1, 3), (1, 1)))
+
+
+def _pool_out(xs, k, s, p):
+    return xs[:2] + tuple((xs[2 + i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(2))
+
+
+def _max_pool_grad_build(k, s, p):
+    def build_(g, ins, d, precision):
+        y = g.call("nn.max_pool2d", [ins[0]], {"kernel": k, "stride": s, "padding": p})
+        return g.call("fused.max_pool2d_grad", [ins[0], y, ins[1]], {"kernel": k, "stride": s, "padding": p}, id=SUBJECT,
+                      precision=precision)
+
+    return build_
+
+
+MAX_POOL2D_GRAD = row(
+    "fused.max_pool2d_grad",
+    FLOATS,
+    [Case(f"{'x'.join(map(str, xs))}-k{k}-s{s}-p{p}".replace(" ", ""),
+          (arg(xs, uniform(-2, 2)), arg(_pool_out(xs, k, s, p), uniform(-2, 2))),
+          {"kernel": k, "stride": s, "padding": p}, _max_pool_grad_ref, SUM, build=_max_pool_grad_build(k, s, p))
+     for xs, k, s, p in POOL_GRAD_SHAPES],
+    [bad("the cotangent is", ((1, 1, 7, 7), ir.DType.float64), ((1, 1, 5, 4), ir.DType.float64),
+         ((1, 1, 5, 4), ir.DType.float64), kernel=(3, 3), stride=(2, 2), padding=(1, 1)),
+     bad("padding at most", ((1, 1, 7, 7), ir.DType.float64), ((1, 1, 4, 4), ir.DType.float64),
+         ((1, 1, 4, 4), ir.DType.float64), kernel=(3, 3), stride=(2, 2), padding=(2, 2))],
+    # the dtype rule is the fused op's own: probed as a single node (x, y, ct given directly)
+    probe=Case("probe", (arg((1, 2, 6, 6)), arg((1, 2, 3, 3)), arg((1, 2, 3, 3))),
+               {"kernel": (2, 2), "stride": (2, 2), "padding": (0, 0)}),
+)
+
+AVG_POOL2D_GRAD = row(
+    "fused.avg_pool2d_grad",
+    FLOATS,
+    [Case(f"{'x'.join(map(str, xs))}-k{k}-s{s}-p{p}".replace(" ", ""), (arg(_pool_out(xs, k, s, p), uniform(-2, 2)),),
+          {"kernel": k, "stride": s, "padding": p, "size": xs[2:]}, _avg_pool_grad_ref, SUM)
+     for xs, k, s, p in POOL_GRAD_SHAPES],
+    [bad("the cotangent is", ((1, 1, 5, 4), ir.DType.float64), kernel=(3, 3), stride=(2, 2), padding=(1, 1), size=(7, 7))],
+)
+
+def _sdpa_probs_ref(q, k, v, *, scale, causal):
+    from ..reference import sdpa_loop
+
+    return sdpa_loop(q, k, v, None, scale, causal), _attention_probs_ref(q, k, scale=scale, causal=causal)
+
+
+SDPA_PROBS = row(
+    "fused.sdpa_probs",
+    FLOATS,
+    [Case(f"{qs}-{ks}-{vs}-scale={sc}-causal={c}", (arg(qs, uniform(-2, 2)), arg(ks, uniform(-2, 2)), arg(vs, uniform(-2, 2))),
+          {"scale": sc, "causal": c}, _sdpa_probs_ref, tol(4, 4, float16=(4, 8)))
+     for qs, ks, vs, sc, c in (((2, 3, 5, 4), (2, 3, 5, 4), (2, 3, 5, 6), 0.5, True), ((3, 4), (7, 4), (7, 2), 0.7, True),
+                               ((2, 5, 3), (2, 6, 3), (2, 6, 3), -0.4, False))],
+    [bad("needs v", ((2, 5, 4), ir.DType.float64), ((2, 5, 4), ir.DType.float64), ((2, 6, 4), ir.DType.float64))],
+)
+
+ROWS = [ELEMENTWISE, LINEAR, LAYER_NORM_RESIDUAL, SOFTMAX, LAYER_NORM_GRAD, RMS_NORM_GRAD, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD, ATTENTION_PROBS, SDPA_PROBS]
+ROWS += [CONV_TRANSPOSE, CONV_WEIGHT_GRAD, MAX_POOL2D_GRAD, AVG_POOL2D_GRAD]

@@ -90,6 +90,20 @@ def test_targets_are_read_off_the_same_run():
     assert rows["chain200 [16] float64"][2] == "-" and "not measured" in rows["chain200 [16] float64"][4]
 
 
+def test_a_target_against_the_best_of_several_peers_takes_the_fastest_that_ran():
+    from benchmarks.harness import Result
+    from benchmarks.report import target_rows
+
+    case = "8x128x256 float64"
+    results = [Result("transformer_block", case, "caramba:cpu", "ok", 0.105), Result("transformer_block", case, "jax", "ok", 0.1),
+               Result("transformer_block", case, "torch", "ok", 0.08)]
+    (row,) = [r for r in target_rows(results) if r[0].startswith("transformer_block")]
+    assert row[1] == "caramba:cpu / best of jax, torch (torch)" and row[2:] == ["1.31×", "≤ 1.1", "**missed**"]
+    results[2] = Result("transformer_block", case, "torch", "error")  # a peer that failed is not the best
+    (row,) = [r for r in target_rows(results) if r[0].startswith("transformer_block")]
+    assert row[1].endswith("(jax)") and row[2:] == ["1.05×", "≤ 1.1", "met"]
+
+
 def test_memory_plan_study_reports_both_variants(tmp_path):
     from benchmarks.studies import run_studies
 
@@ -160,6 +174,35 @@ def test_backend_overhead_rows_become_targets_except_informational_ones(tmp_path
     md = tmp_path / "b.md"
     write_markdown([], {"date": "today"}, "full", md, studies=[st])
     assert "| backend overhead: step | onnx / ORT same model | +12.5% | ≤ +10% | **missed** |" in md.read_text()
+
+
+def test_cold_start_study_becomes_a_target_row():
+    from benchmarks.report import study_target_rows
+    from benchmarks.studies import StudyResult
+
+    st = StudyResult("cold_start", "t", ["run", "wall clock", "CPU time"],
+                     [["empty caches (first run after install)", "9.1 s", "8.6 s"], ["warm caches (every later run)", "2.3 s", "2.0 s"]])
+    assert study_target_rows([st]) == [["cold start: Quickstart run, empty caches", "wall clock", "9.1 s", "≤ 8 s", "**missed**"]]
+    st.rows[0][1] = "7.9 s"
+    assert study_target_rows([st])[0][4] == "met"
+
+
+def test_cold_start_runs_the_quickstart_command_with_fresh_caches(monkeypatch, tmp_path):
+    import subprocess
+
+    from benchmarks import cold_start
+
+    seen = []
+
+    def fake_run(cmd, env, **kw):
+        seen.append((cmd, env["CARAMBA_CACHE_DIR"], env["NUMBA_CACHE_DIR"]))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(cold_start.subprocess, "run", fake_run)
+    r = cold_start.measure(2)
+    assert r["runs"] == 2 and r["cold_s"] >= 0 and r["warm_s"] >= 0
+    assert len(seen) == 4 and "digits_mlp.yml" in " ".join(seen[0][0]) and "--store" in seen[0][0]
+    assert seen[0][1:] == seen[1][1:] and seen[0][1:] != seen[2][1:]  # warm reuses the cold run's caches; each pair is fresh
 
 
 def test_implementations_of_a_case_are_sampled_in_turns():

@@ -15,8 +15,7 @@ from caramba.cli import app
 from caramba.store.index import IndexUnavailable, QueryError
 from caramba.store.runs import RunStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from _index_store import TAGS, by_ledger_run, copy
+from ..store._index_store import TAGS, by_ledger_run, copy
 
 MAIN = "import sys; from caramba.cli import main; sys.argv = ['caramba', *sys.argv[1:]]; main()"
 

@@ -282,31 +282,24 @@ def test_ops_are_exported():
 
 
 # ---- the agent block on a T-maze ------------------------------------------------------------------
-# One factor: location (0 centre, 1 left arm, 2 right arm, 3 cue) x context (0 reward left, 1 reward
-# right), s = 2 loc + ctx. One modality of 7 outcomes: 0 centre, 1/2 cue says left/right, 3/4 left
-# arm reward/loss, 5/6 right arm reward/loss (the cue is valid, the rewarded arm pays 98% of the
-# time). Action u moves to location u; the arms are absorbing. C prefers reward (+3) to loss (-3).
+# The T-maze of pymdp's tutorial as one factor (s = 2 loc + ctx) and 7 outcomes, built by the
+# script that writes the example's checkpoint (examples/checkpoints/make_tmaze_agent.py: its
+# docstring spells the model out): tmaze(p_reward) -> (A [7, 8], B [8, 8, 4], C [7], D [8]).
 
 
-def tmaze(p_reward: float = 0.98):
-    a = np.zeros((7, 8))
-    b = np.zeros((8, 8, 4))
-    for loc in range(4):
-        for ctx in range(2):
-            s = 2 * loc + ctx
-            if loc == 0:
-                a[0, s] = 1.0
-            elif loc == 3:
-                a[1 + ctx, s] = 1.0
-            else:
-                good = (loc == 1) == (ctx == 0)
-                base = 3 if loc == 1 else 5
-                a[base, s], a[base + 1, s] = (p_reward, 1 - p_reward) if good else (1 - p_reward, p_reward)
-            for u in range(4):
-                b[2 * (loc if loc in (1, 2) else u) + ctx, s, u] = 1.0
-    c = np.array([0.0, 0, 0, 3, -3, 3, -3])
-    d = np.array([0.5, 0.5, 0, 0, 0, 0, 0, 0])
-    return a, b, c, d
+def _load_tmaze_builder():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "checkpoints" / "make_tmaze_agent.py"
+    spec = importlib.util.spec_from_file_location("make_tmaze_agent", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tmaze = _load_tmaze_builder().tmaze
 
 
 OUTS = ("q", "G", "q_pi", "q_u", "action")

@@ -12,31 +12,10 @@ from caramba.orchestrator.manifest import run_specs
 from caramba.orchestrator.run import run_cluster
 from caramba.store.runs import RunStore
 
-BLOBS = """\
-name: blobs
-topology:
-  inputs:
-    x: {shape: [batch, 2]}
-    label: {shape: [batch], dtype: int64}
-  nodes:
-    - {id: mlp, op: model.mlp_classifier, in: [x], config: {classes: 3, hidden: 8}}
-    - {id: loss, op: loss.cross_entropy, in: [mlp, label]}
-    - {id: accuracy, op: metric.accuracy, in: [mlp, label]}
-datasets:
-  blobs: {source: generated, kind: blobs, n: 240, classes: 3, split: {train: 0.6, val: 0.2, test: 0.2}, feed: {label: y}}
-trainer:
-  loss: loss
-  optimizer: {op: optimizer.adamw, weight_decay: 0.0}
-  lr: 0.03
-  batch_size: 16
-  steps: 30
-checkpoints: {every: 10}
-metrics: [loss, accuracy]
-targets:
-  - name: cpu
-    backend: cpu
-    runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]
-"""
+from ..blobs_manifest import blobs_manifest
+
+BLOBS = blobs_manifest("blobs", n=240, trainer="{loss: loss, optimizer: {op: optimizer.adamw, weight_decay: 0.0}, "
+                                              "lr: 0.03, batch_size: 16, steps: 30}", extra="checkpoints: {every: 10}\n")
 
 
 @pytest.fixture

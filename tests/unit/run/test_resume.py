@@ -18,36 +18,14 @@ from caramba.run import resume_run, run_experiment
 from caramba.store import RunStore
 from caramba.train import read_checkpoint
 
+from ..blobs_manifest import blobs_manifest
+
 STEPS = 4000  # long enough (seconds) that the kill lands mid-run on a loaded machine
-MANIFEST = f"""\
-name: resumable
-topology:
-  inputs:
-    x: {{shape: [batch, 2]}}
-    label: {{shape: [batch], dtype: int64}}
-  nodes:
-    - {{id: mlp, op: model.mlp_classifier, in: [x], config: {{classes: 3, hidden: 8}}}}
-    - {{id: loss, op: loss.cross_entropy, in: [mlp, label]}}
-    - {{id: accuracy, op: metric.accuracy, in: [mlp, label]}}
-datasets:
-  blobs: {{source: generated, kind: blobs, n: 300, classes: 3, split: {{train: 0.6, val: 0.2, test: 0.2}}, feed: {{label: y}}}}
-trainer:
-  loss: loss
-  optimizer: {{op: optimizer.adamw, weight_decay: 0.01}}
-  lr: 0.01
-  schedule: {{kind: cosine, warmup_steps: 20}}
-  batch_size: 16
-  steps: {STEPS}
-  grad_clip: 1.0
-  eval_every: 250
-  log_every: 7
-  checkpoint_every: 100
-metrics: [loss, accuracy]
-targets:
-  - name: cpu
-    backend: cpu:threads=1
-    runs: [{{id: s0, seed: 3}}]
-"""
+MANIFEST = blobs_manifest(
+    "resumable", n=300, runs="{id: s0, seed: 3}", backend="cpu:threads=1",
+    trainer="{loss: loss, optimizer: {op: optimizer.adamw, weight_decay: 0.01}, lr: 0.01, "
+            "schedule: {kind: cosine, warmup_steps: 20}, batch_size: 16, "
+            f"steps: {STEPS}, grad_clip: 1.0, eval_every: 250, log_every: 7, checkpoint_every: 100}}")
 RUN = CliRunner()
 
 

@@ -12,25 +12,10 @@ from pathlib import Path
 
 from caramba.store.runs import RunStore
 
-MANIFEST = """\
-name: tinyblobs
-topology:
-  inputs:
-    x: {shape: [batch, 2]}
-    label: {shape: [batch], dtype: int64}
-  nodes:
-    - {id: mlp, op: model.mlp_classifier, in: [x], config: {classes: 3, hidden: 8}}
-    - {id: loss, op: loss.cross_entropy, in: [mlp, label]}
-    - {id: accuracy, op: metric.accuracy, in: [mlp, label]}
-datasets:
-  blobs: {source: generated, kind: blobs, n: 60, classes: 3, split: {train: 0.6, val: 0.2, test: 0.2}, feed: {label: y}}
-trainer: {loss: loss, lr: 0.05, batch_size: 16, steps: 6, log_every: 2, checkpoint_every: 3, eval_every: 3}
-metrics: [loss, accuracy]
-targets:
-  - name: cpu
-    backend: cpu
-    runs: [{id: s0, seed: 0}, {id: s1, seed: 1}]
-"""
+from ..blobs_manifest import blobs_manifest
+
+MANIFEST = blobs_manifest("tinyblobs", n=60, trainer="{loss: loss, lr: 0.05, batch_size: 16, steps: 6, log_every: 2, "
+                                                     "checkpoint_every: 3, eval_every: 3}")
 NOTE = "warmup looked unstable; NEAR the edge of divergence (see \"run log\")"
 TAGS = ["baseline", "paper:fig2"]
 

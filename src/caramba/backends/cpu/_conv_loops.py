@@ -37,50 +37,62 @@ def _span(start, step, dil, k, size, n_out):
     return _range(k * dil - start, step, size, n_out)
 
 
+@njit(inline="always")
+def _run(cf, d, xf, src, step, lo, hi, n, zero):
+    """One run of the columns: cf[d + k] = xf[src + k*step] for k in [lo, hi), ``zero`` for the
+    other k in [0, n) (the taps in the padding). Unsigned offsets: Numba then checks no
+    negative index, and the copies vectorize."""
+    for k in range(lo):
+        cf[d + uint64(k)] = zero
+    for k in range(lo, hi):
+        cf[d + uint64(k)] = xf[uint64(src + k * step)]
+    for k in range(hi, n):
+        cf[d + uint64(k)] = zero
+
+
+@njit(inline="always")
+def _columns(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero, back):
+    """``im2col`` (``back`` False) or its adjoint ``col2im`` (``back`` True): one loop nest over
+    the taps (image, channel, kernel row and column), one run along the output's width per row."""
+    for n in range(n0, n1):
+        for c in range(cg):
+            xb = n * xsn + (c0 + c) * xsc
+            for i in range(kh):
+                ylo, yhi = _span(ph, sh, dh, i, h, ho)
+                for j in range(kw):
+                    db = ((c * kh + i) * kw + j) * csr + (n - n0) * csm
+                    xlo, xhi = _span(pw, sw, dw, j, w, wo)
+                    for oy in range(ylo if back else 0, yhi if back else ho):
+                        src = xb + (oy * sh - ph + i * dh) * w + j * dw - pw
+                        d = uint64(db + oy * wo)
+                        if back:
+                            for ox in range(xlo, xhi):
+                                xf[uint64(src + ox * sw)] += cf[d + uint64(ox)]
+                        else:
+                            inside = ylo <= oy < yhi
+                            _run(cf, d, xf, src, sw, xlo if inside else 0, xhi if inside else 0, wo, zero)
+
+
 @njit(**JIT)
 def im2col(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero):
     """Columns of a convolution: cols[r, n - n0, oy*wo + ox] = x[n, c0 + c, oy*sh - ph + i*dh,
     ox*sw - pw + j*dw] (``zero`` where that lies in the padding), r = (c*kh + i)*kw + j, for
     the images n in [n0, n1) and the ``cg`` channels from ``c0``.
 
-    Flat buffers with element strides, indexed by unsigned offsets (Numba then checks no
-    negative index, and the row copies vectorize): ``xf`` holds x [N, C, h, w], each [h, w]
-    plane C-contiguous, with element strides ``xsn``, ``xsc`` of an image and a channel; ``cf``
-    holds cols with strides ``csr``
-    (a row r) and ``csm`` (an image), each image's row of ``ho*wo`` elements contiguous."""
-    for n in range(n0, n1):
-        m = n - n0
-        for c in range(cg):
-            xb = n * xsn + (c0 + c) * xsc
-            for i in range(kh):
-                ylo, yhi = _span(ph, sh, dh, i, h, ho)
-                for j in range(kw):
-                    r = (c * kh + i) * kw + j
-                    db = r * csr + m * csm
-                    xlo, xhi = _span(pw, sw, dw, j, w, wo)
-                    ix0 = j * dw - pw
-                    for oy in range(ho):
-                        d = uint64(db + oy * wo)
-                        if oy < ylo or oy >= yhi:
-                            for ox in range(wo):
-                                cf[d + uint64(ox)] = zero
-                            continue
-                        src = xb + (oy * sh - ph + i * dh) * w + ix0
-                        for ox in range(xlo):
-                            cf[d + uint64(ox)] = zero
-                        for ox in range(xlo, xhi):
-                            cf[d + uint64(ox)] = xf[uint64(src + ox * sw)]
-                        for ox in range(xhi, wo):
-                            cf[d + uint64(ox)] = zero
+    Flat buffers with element strides: ``xf`` holds x [N, C, h, w], each [h, w] plane
+    C-contiguous, with element strides ``xsn``, ``xsc`` of an image and a channel; ``cf`` holds
+    cols with strides ``csr`` (a row r) and ``csm`` (an image), each image's row of ``ho*wo``
+    elements contiguous: one ``_run`` along the output's width per output row."""
+    _columns(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero, False)
 
 
 @njit(**JIT)
 def im2row(xf, xsn, xsc, h, w, cf, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero):
     """The transposed columns: rows[(n - n0)*ho*wo + oy*wo + ox, (c*kh + i)*kw + j] = x[n, c0 + c,
     oy*sh - ph + i*dh, ox*sw - pw + j*dw] (``zero`` in the padding), for images n in [n0, n1):
-    runs of ``kw`` along a row, so this is the layout for kernels wider than the output (the
-    weight gradient's convolution, whose kernel is the cotangent). ``xf``: x as for ``im2col``;
-    ``cf``: the C-contiguous rows, flat."""
+    one ``_run`` of ``kw`` along a kernel row, so this is the layout for kernels wider than the
+    output (the weight gradient's convolution, whose kernel is the cotangent). ``xf``: x as for
+    ``im2col``; ``cf``: the C-contiguous rows, flat."""
     r = cg * kh * kw
     for n in range(n0, n1):
         for oy in range(ho):
@@ -92,18 +104,19 @@ def im2row(xf, xsn, xsc, h, w, cf, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, d
                 for c in range(cg):
                     xb = n * xsn + (c0 + c) * xsc
                     for i in range(kh):
-                        d = uint64(rb + (c * kh + i) * kw)
-                        if i < ilo or i >= ihi:
-                            for j in range(kw):
-                                cf[d + uint64(j)] = zero
-                            continue
-                        src = xb + (oy * sh - ph + i * dh) * w + off
-                        for j in range(jlo):
-                            cf[d + uint64(j)] = zero
-                        for j in range(jlo, jhi):
-                            cf[d + uint64(j)] = xf[uint64(src + j * dw)]
-                        for j in range(jhi, kw):
-                            cf[d + uint64(j)] = zero
+                        inside = ilo <= i < ihi
+                        _run(cf, uint64(rb + (c * kh + i) * kw), xf, xb + (oy * sh - ph + i * dh) * w + off, dw,
+                             jlo if inside else 0, jhi if inside else 0, kw, zero)
+
+
+@njit(**JIT)
+def col2im(cf, csr, csm, xf, xsn, xsc, h, w, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo):
+    """The adjoint of ``im2col`` (the transposed convolution's scatter): x[n, c0 + c, oy*sh - ph +
+    i*dh, ox*sw - pw + j*dw] += cols[r, n - n0, oy*wo + ox] for every tap that lies inside the
+    image (taps in the padding are dropped), r = (c*kh + i)*kw + j, same strides as ``im2col``;
+    ``xf`` is the flat, C-contiguous x, zeroed by the caller. Each x element sums its taps in
+    the order (i, j)."""
+    _columns(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, xf[0], True)
 
 
 @njit(**JIT)
@@ -150,3 +163,56 @@ def avg_pool(x, out, p0, p1, kh, kw, sh, sw, ph, pw, count, zero):
                     for ix in range(xa, xb):
                         s += x[p, iy, ix]
                 out[p, oy, ox] = s / count
+
+
+@njit(**JIT)
+def max_pool_grad(x, y, ct, dx, p0, p1, kh, kw, sh, sw, ph, pw, neg_inf):
+    """dx of ``max_pool`` over the planes [p0, p1) of x [P, H, W] given its output y and
+    cotangent ct [P, Ho, Wo]: each window's first element (row-major, padding as -inf) equal to
+    its maximum takes the window's cotangent (a padded one drops it; a NaN window gives none).
+    Windows are visited last to first, so each dx element adds its windows' cotangents in the
+    order the VJP rule's sum of k*k placements does (by kernel offset). dx is zeroed by the
+    caller."""
+    h, w = x.shape[1], x.shape[2]
+    ho, wo = y.shape[1], y.shape[2]
+    for p in range(p0, p1):
+        for oy in range(ho - 1, -1, -1):
+            y0 = oy * sh - ph
+            for ox in range(wo - 1, -1, -1):
+                x0 = ox * sw - pw
+                m = y[p, oy, ox]
+                done = False
+                for i in range(kh):
+                    iy = y0 + i
+                    for j in range(kw):
+                        ix = x0 + j
+                        inside = 0 <= iy < h and 0 <= ix < w
+                        v = x[p, iy, ix] if inside else neg_inf
+                        if v == m:
+                            if inside:
+                                dx[p, iy, ix] += ct[p, oy, ox]
+                            done = True
+                            break
+                    if done:
+                        break
+
+
+@njit(**JIT)
+def avg_pool_grad(ct, dx, p0, p1, kh, kw, sh, sw, ph, pw, scale):
+    """dx of ``avg_pool`` over the planes [p0, p1): ct[p, oy, ox] * scale (1/(kh*kw), rounded
+    once as the rule's product) added to every element of the window inside the image, windows
+    last to first (the VJP rule's order of summation, as ``max_pool_grad``); dx zeroed by the
+    caller."""
+    h, w = dx.shape[1], dx.shape[2]
+    ho, wo = ct.shape[1], ct.shape[2]
+    for p in range(p0, p1):
+        for oy in range(ho - 1, -1, -1):
+            y0 = oy * sh - ph
+            ya, yb = max(y0, 0), min(y0 + kh, h)
+            for ox in range(wo - 1, -1, -1):
+                x0 = ox * sw - pw
+                xa, xb = max(x0, 0), min(x0 + kw, w)
+                v = ct[p, oy, ox] * scale
+                for iy in range(ya, yb):
+                    for ix in range(xa, xb):
+                        dx[p, iy, ix] += v

@@ -15,9 +15,12 @@ PLUMBING = {"graph.input": ANY, "graph.constant": ANY, "state.read": ANY, "state
 def cpu_capabilities(fusion: bool = True) -> Capabilities:
     """``fusion=False`` describes the cpu backend without Numba (no fused forms)."""
     fused_ops, fusions = fusion_capabilities() if fusion else ({}, frozenset())
+    # fused.* kernels of the table (attention's) are declared with the other fused forms only
+    unfused = {op: ds for op, ds in DTYPES.items() if not op.startswith("fused.")}
     return Capabilities(
-        ops={**DTYPES, **PLUMBING, **fused_ops},
+        ops={**unfused, **PLUMBING, **fused_ops},
         precision={"*": DType.float64},
         fusions=fusions,
-        buffers=frozenset(OUT) | frozenset(fused_ops),
+        # generated fused kernels write into planned buffers; the table's own (attention's) as OUT says
+        buffers=frozenset(OUT) | frozenset(op for op in fused_ops if op not in DTYPES),
     )

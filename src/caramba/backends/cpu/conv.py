@@ -1,8 +1,10 @@
 """The cpu backend's convolution: im2col (a Numba gather) and one BLAS GEMM per group.
 
-``nn.conv1d`` and ``nn.conv2d`` (and so their gradients, which autodiff writes as convolutions:
-the input gradient a stride-1 convolution of the dilated, padded cotangent with the flipped
-kernel, the weight gradient a convolution of the input with the cotangent as its kernel) run as
+``nn.conv1d`` and ``nn.conv2d`` (and their gradients where autodiff's convolutions are not
+fused: the input gradient a stride-1 convolution of the dilated, padded cotangent with the
+flipped kernel, the weight gradient a convolution of the input with the cotangent as its kernel;
+with Numba the fuse pass makes them ``fused.conv_transpose`` / ``fused.conv_weight_grad``,
+``conv_grad.py``) run as
 
 - ``batched``: columns [N, C/g*KH*KW, Ho*Wo], one GEMM per image (``np.matmul`` broadcasting the
   [O, C/g*KH*KW] weight matrix), written straight into the [N, O, Ho*Wo] output; or

@@ -5,7 +5,8 @@ max, 0 for the average, which divides by the full window, as ``nn.avg_pool2d`` d
 the input's dtype. The [N*C] planes are split over the cpu workers when there are several and
 the pass is large. Without Numba (or for another dtype) ``pool_kernel`` returns None and
 ``kernels/nn.py`` pools with NumPy's ``sliding_window_view``. The backward pass is the
-autodiff rule's (``autodiff/rules/nn.py``): slices, compares and scatters of the graph.
+autodiff rule's chain (``autodiff/rules/nn.py``), which the fuse pass turns into one
+``fused.max_pool2d_grad`` / ``fused.avg_pool2d_grad`` node (``pool_grad.py``) with Numba.
 """
 
 from __future__ import annotations

@@ -30,6 +30,17 @@ from caramba.ir.graph import Graph, Ref
 if TYPE_CHECKING:
     from caramba.compiler.memory import MemoryPlan
 
+# np.errstate(all="ignore") as a bare context-variable set/reset: the context manager costs
+# ~2 µs a run in NumPy 2 (a one-node graph's whole kernel is 1-2 µs); None: NumPy has moved
+# these, use np.errstate
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _FP_STATE
+    from numpy._core._ufunc_config import _make_extobj
+
+    _FP_IGNORE: Any = _make_extobj(all="ignore")
+except Exception:  # private NumPy names: any failure means the public path
+    _FP_STATE = _FP_IGNORE = None
+
 
 class CpuTensor(Tensor):
     __slots__ = ("array", "runner")
@@ -76,12 +87,15 @@ class CpuExecutable(Executable):
         host_in = {k: t.array for k, t in inputs.items()}  # type: ignore[attr-defined]
         host_state = {k: t.array for k, t in state.items()}  # type: ignore[attr-defined]
         try:
-            with np.errstate(all="ignore"):  # IEEE results (inf/nan) as every backend gives them
-                if self._lock is None:
-                    outs = self._fn(host_in, host_state)
-                else:
-                    with self._lock:
-                        outs = self._fn(host_in, host_state)
+            if _FP_IGNORE is not None:  # IEEE results (inf/nan) as every backend gives them
+                token = _FP_STATE.set(_FP_IGNORE)
+                try:
+                    outs = self._call(host_in, host_state)
+                finally:
+                    _FP_STATE.reset(token)
+            else:
+                with np.errstate(all="ignore"):
+                    outs = self._call(host_in, host_state)
         except CarambaError as exc:
             node = self._failing_node(exc)
             if node is not None and exc.node is None:
@@ -97,6 +111,12 @@ class CpuExecutable(Executable):
         for k in self._aliasing:  # an output that may be (a view of) state: freeze that state's array
             _freeze_shared(outs[k], host_state.values())
         return {k: CpuTensor(np.asarray(v), runner) for k, v in outs.items()}
+
+    def _call(self, host_in: dict[str, Any], host_state: dict[str, Any]) -> Any:
+        if self._lock is None:
+            return self._fn(host_in, host_state)
+        with self._lock:
+            return self._fn(host_in, host_state)
 
     def _failing_node(self, exc: BaseException) -> str | None:
         for frame, lineno in traceback.walk_tb(exc.__traceback__):

@@ -28,16 +28,20 @@ from caramba.store.index.source import (
     IndexUnavailable,
     Node,
     QueryError,
+    Server,
     build_graph,
     connect_sqlite,
     index_dir,
     model_id,
     redact,
+    split_credentials,
 )
 
 MAX_REF_CHARS = 300
 MAX_DEPTH = 10_000  # the longest edge path Neo4j follows (the stand-in has no bound; real graphs are far shallower)
 LABEL = "CarambaLineage"
+NEO4J = Server("lineage", "URI", "a Neo4j", "Neo4j driver", "neo4j", "lineage_uri / CARAMBA_LINEAGE_URI / --lineage-url",
+               "bolt://neo4j:password@localhost:7687")
 
 
 def _order(nodes: list[Node]) -> list[Node]:
@@ -279,14 +283,8 @@ class Neo4jLineage(LineageBase):
             try:
                 import neo4j
             except ImportError:
-                raise IndexUnavailable(f"the lineage server {redact(uri)} is configured but the Neo4j driver is not "
-                                       "installed", hint="pip install 'caramba[neo4j]' (or unset lineage_uri / "
-                                       "CARAMBA_LINEAGE_URI / --lineage-url to use the embedded index)") from None
-            from urllib.parse import unquote, urlsplit, urlunsplit
-
-            p = urlsplit(uri)
-            auth = (unquote(p.username), unquote(p.password or "")) if p.username else None
-            bare = urlunsplit((p.scheme, (p.hostname or "") + (f":{p.port}" if p.port else ""), p.path, p.query, ""))
+                raise NEO4J.missing_client(uri) from None
+            bare, auth = split_credentials(uri)
             try:
                 driver = neo4j.GraphDatabase.driver(bare, auth=auth, connection_timeout=timeout,
                                                     connection_acquisition_timeout=timeout,
@@ -306,9 +304,7 @@ class Neo4jLineage(LineageBase):
         try:
             return fn()
         except errors as exc:  # unreachable, refused, authentication, a server-side error
-            raise IndexUnavailable(f"the lineage server {redact(self.uri)} cannot be used ({what}): "
-                                   f"{type(exc).__name__}: {exc}",
-                                   hint="start it, or fix lineage_uri / CARAMBA_LINEAGE_URI / --lineage-url") from None
+            raise NEO4J.refused(self.uri, f"cannot be used ({what}): {type(exc).__name__}: {exc}") from None
 
     def _read(self, name: str, **params: Any) -> list[Any]:
         kw = {"database_": self.database} if self.database else {}
@@ -366,14 +362,5 @@ def open_lineage(store: Any, uri: str | None = None) -> SqliteLineage | Neo4jLin
     never replaced by the stand-in."""
     if not uri:
         return SqliteLineage.of(store)
-    from urllib.parse import urlsplit
-
-    try:
-        p = urlsplit(uri)
-        p.port  # noqa: B018 - raises for a bad port
-    except ValueError as exc:
-        raise IndexUnavailable(f"lineage URI {redact(uri)!r} is not a URI: {exc}") from None
-    if p.scheme not in ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc") or not p.hostname:
-        raise IndexUnavailable(f"lineage URI {redact(uri)!r} is not a Neo4j URI",
-                               hint="e.g. bolt://neo4j:password@localhost:7687; leave lineage_uri empty for the embedded index")
+    NEO4J.check_url(uri, ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"))
     return Neo4jLineage(uri)

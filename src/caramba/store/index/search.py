@@ -26,13 +26,25 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from caramba.errors import did_you_mean
-from caramba.store.index.source import IndexUnavailable, QueryError, RunDoc, connect_sqlite, index_dir, redact, run_docs
+from caramba.store.index.source import (
+    IndexUnavailable,
+    QueryError,
+    RunDoc,
+    Server,
+    connect_sqlite,
+    index_dir,
+    redact,
+    run_docs,
+    split_credentials,
+)
 
 MAX_QUERY_CHARS = 2000
 MAX_WORDS = 64
 MAX_CONDITIONS = 32
 MAX_LIMIT = 10_000
 ES_INDEX = "caramba-runs"
+ELASTICSEARCH = Server("search", "URL", "an Elasticsearch", "Elasticsearch client", "elasticsearch",
+                       "search_url / CARAMBA_SEARCH_URL / --search-url", "http://localhost:9200")
 OPS = {">=": ">=", "<=": "<=", ">": ">", "<": "<", "=": "=", "==": "=", "!=": "!="}
 _WORD = re.compile(r"[^\W_]+")
 _COND = re.compile(r"^\s*(?:(best|final):)?([A-Za-z][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*)\s*(>=|<=|==|!=|=|>|<)\s*"
@@ -352,11 +364,9 @@ class ElasticSearch:
             try:
                 from elasticsearch import Elasticsearch
             except ImportError:
-                raise IndexUnavailable(f"the search server {redact(url)} is configured but the Elasticsearch client is "
-                                       "not installed", hint="pip install 'caramba[elasticsearch]' (or unset search_url "
-                                       "/ CARAMBA_SEARCH_URL / --search-url to use the embedded index)") from None
-            client = Elasticsearch(_es_host(url), basic_auth=_es_auth(url), request_timeout=timeout, max_retries=0,
-                                   retry_on_timeout=False)
+                raise ELASTICSEARCH.missing_client(url) from None
+            host, auth = split_credentials(url, query=False)
+            client = Elasticsearch(host, basic_auth=auth, request_timeout=timeout, max_retries=0, retry_on_timeout=False)
         self.client = client
 
     def _call(self, what: str, fn: Any, *args: Any, **kw: Any) -> Any:
@@ -365,8 +375,7 @@ class ElasticSearch:
         try:
             return fn(*args, **kw)
         except TransportError as exc:  # connection refused, DNS, TLS, timeout
-            raise IndexUnavailable(f"the search server {redact(self.url)} cannot be reached ({what}): {exc}",
-                                   hint="start it, or fix search_url / CARAMBA_SEARCH_URL / --search-url") from None
+            raise ELASTICSEARCH.refused(self.url, f"cannot be reached ({what}): {exc}") from None
         except ApiError as exc:
             if getattr(exc, "status_code", None) == 404 and what == "search":
                 raise QueryError(f"no search index {self.index} at {redact(self.url)}",
@@ -413,34 +422,10 @@ class ElasticSearch:
         self.client.close()
 
 
-def _es_host(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    p = urlsplit(url)
-    netloc = (p.hostname or "") + (f":{p.port}" if p.port else "")
-    return urlunsplit((p.scheme, netloc, p.path, "", ""))
-
-
-def _es_auth(url: str) -> tuple[str, str] | None:
-    from urllib.parse import unquote, urlsplit
-
-    p = urlsplit(url)
-    return (unquote(p.username), unquote(p.password or "")) if p.username else None
-
-
 def open_search(store: Any, url: str | None = None) -> SqliteSearch | ElasticSearch:
     """The search index of ``store``: Elasticsearch at ``url`` (``http(s)://``), else the
     embedded stand-in. A URL that is set is used or refused, never replaced by the stand-in."""
     if not url:
         return SqliteSearch.of(store)
-    from urllib.parse import urlsplit
-
-    try:
-        p = urlsplit(url)
-        p.port  # noqa: B018 - raises for a bad port
-    except ValueError as exc:
-        raise IndexUnavailable(f"search URL {redact(url)!r} is not a URL: {exc}") from None
-    if p.scheme not in ("http", "https") or not p.hostname:
-        raise IndexUnavailable(f"search URL {redact(url)!r} is not an Elasticsearch URL",
-                               hint="e.g. http://localhost:9200; leave search_url empty for the embedded index")
+    ELASTICSEARCH.check_url(url, ("http", "https"))
     return ElasticSearch(url)

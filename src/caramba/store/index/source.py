@@ -355,3 +355,56 @@ def redact(url: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     except ValueError:
         return "<unparseable URL>"
+
+
+@dataclass(frozen=True)
+class Server:
+    """How the messages about one index server speak of it: ``role`` (``search``), ``noun``
+    (``URL``), ``kind`` with its article (``an Elasticsearch``), ``client`` (``Elasticsearch
+    client``), ``extra`` (the pip extra), ``settings`` (``search_url / CARAMBA_SEARCH_URL /
+    --search-url``) and an ``example`` URL."""
+
+    role: str
+    noun: str
+    kind: str
+    client: str
+    extra: str
+    settings: str
+    example: str
+
+    def check_url(self, url: str, schemes: tuple[str, ...]) -> None:
+        """Refuse (IndexUnavailable) a URL that does not parse, has a bad port, another scheme
+        or no host."""
+        from urllib.parse import urlsplit
+
+        try:
+            p = urlsplit(url)
+            p.port  # noqa: B018 - raises for a bad port
+        except ValueError as exc:
+            raise IndexUnavailable(f"{self.role} {self.noun} {redact(url)!r} is not a {self.noun}: {exc}") from None
+        if p.scheme not in schemes or not p.hostname:
+            setting = self.settings.split(" / ")[0]
+            raise IndexUnavailable(f"{self.role} {self.noun} {redact(url)!r} is not {self.kind} {self.noun}",
+                                   hint=f"e.g. {self.example}; leave {setting} empty for the embedded index")
+
+    def missing_client(self, url: str) -> IndexUnavailable:
+        """The error for a configured server whose client library is not installed."""
+        return IndexUnavailable(f"the {self.role} server {redact(url)} is configured but the {self.client} is not "
+                                f"installed", hint=f"pip install 'caramba[{self.extra}]' (or unset {self.settings} to "
+                                                   "use the embedded index)")
+
+    def refused(self, url: str, detail: str) -> IndexUnavailable:
+        """The error for a server that cannot be reached or refuses (``detail``: what and why)."""
+        return IndexUnavailable(f"the {self.role} server {redact(url)} {detail}",
+                                hint=f"start it, or fix {self.settings}")
+
+
+def split_credentials(url: str, *, query: bool = True) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its user and password (and without its query unless ``query``), and
+    the ``(user, password)`` it carried, if any (percent-decoded)."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    auth = (unquote(p.username), unquote(p.password or "")) if p.username else None
+    netloc = (p.hostname or "") + (f":{p.port}" if p.port else "")
+    return urlunsplit((p.scheme, netloc, p.path, p.query if query else "", "")), auth

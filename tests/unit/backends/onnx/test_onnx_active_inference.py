@@ -12,25 +12,13 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 import caramba
-from caramba import compute
 from caramba.errors import CarambaError, UnsupportedOperation
+
+from .onnx_helpers import run
 
 NO, S, U, P, T = 3, 4, 2, 5, 3
 LEADS = ((), (6,), (2, 3))
 DTYPES = ("float64", "float32")
-
-
-@pytest.fixture(scope="module")
-def backends():
-    ox, cpu = compute.new("onnx"), compute.new("cpu")
-    yield ox, cpu
-    ox.close()
-    cpu.close()
-
-
-def run(r, g, inputs):
-    outs = r.execute(g, None, {k: r.upload(v) for k, v in inputs.items()})
-    return {k: v.download() for k, v in outs.items()}
 
 
 def graph(op, inputs, attrs):

@@ -10,35 +10,17 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-import caramba
-from caramba import compute
 from caramba.errors import UnsupportedOperation
+
+from .onnx_helpers import call_graph, run
 
 K, N = 5, 7
 ACTS = ("linear", "tanh", "sigmoid", "relu")
 LEADS = ((), (6,), (2, 3))
 
 
-@pytest.fixture(scope="module")
-def backends():
-    ox, cpu = compute.new("onnx"), compute.new("cpu")
-    yield ox, cpu
-    ox.close()
-    cpu.close()
-
-
-def run(r, g, inputs):
-    outs = r.execute(g, None, {k: r.upload(v) for k, v in inputs.items()})
-    return {k: v.download() for k, v in outs.items()}
-
-
 def graph(op, shapes, dtype, attrs, n_out):
-    with caramba.Graph(op.replace(".", "_")) as g:
-        ins = [g.input(f"x{i}", s, dtype) for i, s in enumerate(shapes)]
-        res = g.call(op, ins, attrs, id="subject")
-        for i, v in enumerate(res if n_out > 1 else (res,)):
-            g.output(f"o{i}", v)
-    return g
+    return call_graph(op, [(s, dtype) for s in shapes], attrs, n_out)
 
 
 def shapes_of(of, lead, pi_rank=2):

@@ -9,31 +9,11 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-import caramba
 from caramba import compute
 from caramba.errors import CarambaError, UnsupportedOperation
 
-
-@pytest.fixture(scope="module")
-def ox():
-    r = compute.new("onnx")
-    yield r
-    r.close()
-
-
-def run(r, g, **inputs):
-    outs = r.execute(g, None, {k: r.upload(v) for k, v in inputs.items()})
-    return {k: v.download() for k, v in outs.items()}
-
-
-def graph(op, args, attrs=None, n_out=1):
-    """A graph calling ``op`` on inputs x0, x1, ... of the given (shape, dtype)."""
-    with caramba.Graph(op.replace(".", "_")) as g:
-        ins = [g.input(f"x{i}", s, d) for i, (s, d) in enumerate(args)]
-        res = g.call(op, ins, attrs or {}, id="subject")
-        for i, v in enumerate(res if n_out > 1 else (res,)):
-            g.output(f"o{i}", v)
-    return g
+from .onnx_helpers import call_graph as graph
+from .onnx_helpers import run
 
 
 @pytest.mark.parametrize("n", [7, 12, 30])

@@ -17,24 +17,7 @@ import caramba
 from caramba import compute, ops
 from caramba.errors import CarambaError, ConfigError, TransferError, UnsupportedOperation
 
-
-@pytest.fixture(scope="module")
-def ox():
-    r = compute.new("onnx")
-    yield r
-    r.close()
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
-def run(r, g, **inputs):
-    outs = r.execute(g, None, {k: r.upload(v) for k, v in inputs.items()})
-    return {k: v.download() for k, v in outs.items()}
+from .onnx_helpers import run
 
 
 def test_build_info_does_not_import_onnxruntime():

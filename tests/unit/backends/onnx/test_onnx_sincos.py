@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 mpmath = pytest.importorskip("mpmath")
 
 import caramba  # noqa: E402
-from caramba import compute, ops  # noqa: E402
+from caramba import ops  # noqa: E402
 from caramba.onnx import special  # noqa: E402
 
 from .test_onnx_special import compiled  # noqa: E402  (one ONNX Runtime session per decomposition)
@@ -113,14 +113,6 @@ def test_any_float64_bit_pattern_gives_an_accurate_value_or_nan():
         assert np.isnan(got[~finite]).all()
         err = ulps(got[finite], xs[finite], ref)
         assert err.max() <= 1.0, f"{err.max():.3f} ulps at x={xs[finite][err.argmax()]!r}"
-
-
-@pytest.fixture(scope="module")
-def backends():
-    ox, cpu = compute.new("onnx"), compute.new("cpu")
-    yield ox, cpu
-    ox.close()
-    cpu.close()
 
 
 @pytest.mark.parametrize("op", ["sin", "cos"])

@@ -54,12 +54,16 @@ def fusion_capabilities() -> tuple[dict[str, frozenset[DType]], frozenset[tuple[
         "fused.linear": FLOATS,
         "fused.layer_norm_residual": FLOATS,
         **{op: FLOATS for op in F.GRAD_OPS},
+        **{op: FLOATS for op in F.CONV_GRAD_OPS},  # backends/cpu/conv_grad.py, pool_grad.py
+        **{op: FLOATS for op in (F.ATTENTION_PROBS, F.SDPA_PROBS)},  # kernels/attention.py
     }
     patterns = {(F.elementwise_pattern(op), d) for op, s in TABLE.items() for d in s.dtypes}
     patterns |= {(F.elementwise_pattern(op), d) for op, ds in REDUCTIONS.items() for d in ds}
     patterns |= {(F.linear_pattern(a), d) for a in F.ACTIVATIONS for d in FLOATS}
     patterns |= {(F.LAYER_NORM_RESIDUAL, d) for d in FLOATS} | {(F.SOFTMAX, d) for d in FLOATS}
     patterns |= {(op, d) for op in F.GRAD_OPS for d in FLOATS}
+    patterns |= {(op, d) for op in F.CONV_GRAD_OPS for d in FLOATS}
+    patterns |= {(op, d) for op in (F.ATTENTION_PROBS, F.SDPA_PROBS) for d in FLOATS}
     return ops, frozenset(patterns)
 
 
@@ -258,6 +262,31 @@ def _softmax_grad(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> 
     return softmax_grad(ins[0], norm_axis(node.attrs["axis"], ins[0].rank), node.op == F.LOG_SOFTMAX_GRAD)
 
 
+def _conv_transpose(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.backends.cpu.conv_grad import conv_transpose_kernel
+
+    a = node.attrs
+    return conv_transpose_kernel(ins[0].shape, ins[1].shape, a["size"], a["stride"], a["padding"], a["dilation"],
+                                 a["groups"], ins[0].dtype.numpy)
+
+
+def _conv_weight_grad(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.backends.cpu.conv_grad import conv_weight_grad_kernel
+
+    a = node.attrs
+    return conv_weight_grad_kernel(ins[0].shape, ins[1].shape, a["kernel"], a["stride"], a["padding"], a["dilation"],
+                                   a["groups"], ins[0].dtype.numpy)
+
+
+def _pool_grad(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.backends.cpu.pool_grad import pool_grad_kernel
+
+    a = node.attrs
+    is_max = node.op == F.MAX_POOL2D_GRAD
+    return pool_grad_kernel(is_max, node.types[0].shape, ins[-1].shape, a["kernel"], a["stride"], a["padding"],
+                            ins[0].dtype.numpy)
+
+
 FACTORIES: dict[str, Callable[[Node, tuple[ValueType, ...], list[Hint]], Callable[..., None]]] = {
     "fused.elementwise": _elementwise,
     "fused.softmax": _softmax,
@@ -267,4 +296,8 @@ FACTORIES: dict[str, Callable[[Node, tuple[ValueType, ...], list[Hint]], Callabl
     F.RMS_NORM_GRAD: _norm_grad,
     F.SOFTMAX_GRAD: _softmax_grad,
     F.LOG_SOFTMAX_GRAD: _softmax_grad,
+    F.CONV_TRANSPOSE: _conv_transpose,
+    F.CONV_WEIGHT_GRAD: _conv_weight_grad,
+    F.MAX_POOL2D_GRAD: _pool_grad,
+    F.AVG_POOL2D_GRAD: _pool_grad,
 }

@@ -47,7 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
-from caramba.backends.cpu.fused.runtime import erfc_fast, exp_f32, exp_fast, expit, fmax, fmin, pairwise_sum
+from caramba.backends.cpu.fused.runtime import erfc_f32, erfc_fast, exp_f32, exp_fast, expit, fmax, fmin, pairwise_sum
 
 '''
 

@@ -19,7 +19,8 @@ from caramba.ir.dtypes import DType
 from caramba.ir.types import ValueType
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, Any] = {}  # source key -> module
+_LOADED: dict[str, Any] = {}  # key of the expanded source -> module
+_EXPANDED: dict[str, Any] = {}  # source as generated -> module (expanding costs ~1 ms)
 
 
 def cache_dir() -> Path:
@@ -29,15 +30,26 @@ def cache_dir() -> Path:
 
 
 def load(source: str, name: str = "kernel") -> Any:
-    """The Numba dispatcher ``name`` defined by ``source`` (compiled lazily until ``specialize``)."""
-    key = hashlib.sha256(source.encode()).hexdigest()[:32]
+    """The Numba dispatcher ``name`` defined by ``source`` (compiled lazily until ``specialize``).
+
+    The runtime helpers the source calls are inlined into it as text first (``inline.expand``:
+    Numba's own inlining of them was most of a cold start's compile time); the cache key is
+    the expanded text."""
+    mod = _EXPANDED.get(source)
+    if mod is not None:
+        return getattr(mod, name)
+    from .inline import expand
+
+    text = expand(source)
+    key = hashlib.sha256(text.encode()).hexdigest()[:32]
     with _LOCK:
         mod = _LOADED.get(key)
         if mod is not None:
+            _EXPANDED[source] = mod
             return getattr(mod, name)
         from caramba.backends.cpu import jitcache
 
-        path = jitcache.write_source(cache_dir(), f"k_{key}.py", source)
+        path = jitcache.write_source(cache_dir(), f"k_{key}.py", text)
         jitcache.setup()  # the generated module's cached functions go to the user cache
         mod_name = f"caramba_fused_k_{key}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -45,6 +57,7 @@ def load(source: str, name: str = "kernel") -> Any:
         sys.modules[mod_name] = mod
         spec.loader.exec_module(mod)
         _LOADED[key] = mod
+        _EXPANDED[source] = mod
         return getattr(mod, name)
 
 

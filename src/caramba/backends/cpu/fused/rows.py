@@ -49,8 +49,13 @@ from caramba.backends.cpu.fused.runtime import exp_fast
 
 '''
 
-# weighted steps per element (codegen.work's units) of each kernel, for the thread split
-_WORK = {"norm": 8, "softmax": 12}
+# weighted steps per element (codegen.work's units) of each kernel, for the thread split: with
+# the vector lane sums a layer norm row costs ~0.5 ns an element (float64), so the split (a few
+# µs to hand a block over and take it back) pays from ~16k elements: [64, 768] splits, [32, 256]
+# and [8, 16, 64] do not (measured: 4 µs serial against 5-6 µs split). A softmax row is bound
+# by exp (~1.3 ns an element): unchanged, [8, 16, 64] splits and [32, 128] stays serial (both
+# within noise of the other choice on 2 shared cores).
+_WORK = {"norm": 4, "softmax": 12}
 
 
 def _exp(v: str, d: DType) -> str:
@@ -75,18 +80,79 @@ def _text(what: str, params: list[str], parallel: bool, body: list[str], d: DTyp
             + "\n".join("    " + ln for ln in lines) + "\n")
 
 
+SIMD_HASH = hashlib.sha256((Path(__file__).parent / "rows_simd.py").read_bytes()).hexdigest()[:16]
+
+
+def _row_sum(out: str, a: str, mu: str | None) -> list[str]:
+    """Lines setting ``out`` to ``row_sum(a, 0, D, zero)`` (``mu``: ``row_sq_sum(a, 0, D, mu,
+    zero)``), bitwise: the same blocks of 128 and the same order, each block's eight lanes
+    summed as one vector (``rows_simd``), the tail and short blocks as ``_block``'s scalar code."""
+    lanes = "r0, r1, r2, r3, r4, r5, r6, r7"
+    call = f"lanes8({a}, b0, bm)" if mu is None else f"sq_lanes8({a}, b0, bm, {mu})"
+    if mu is None:
+        acc = [f"        bs += {a}[i]"]
+    else:
+        acc = [f"        c = {a}[i] - {mu}", "        bs += c * c"]
+    return [
+        f"{out} = zero",
+        "for b0 in range(0, D, 128):",
+        "    bn = min(D - b0, 128)",
+        "    bm = bn // 8",
+        "    if bm == 0:",
+        "        bs = zero",
+        "    else:",
+        f"        {lanes} = {call}",
+        "        bs = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))",
+        "    for i in range(b0 + 8 * bm, b0 + bn):",
+        *acc,
+        f"    {out} += bs",
+    ]
+
+
+def _row_max(out: str, a: str, init: str) -> list[str]:
+    """Lines setting ``out`` to ``row_max(a, 0, D, init)``, bitwise: rows of 16 or more as its
+    eight lanes (one vector, ``rows_simd.max8``) reduced in its tree, then the tail, then init."""
+    gt = "{0} if {0} > {1} else {1}"  # rows_runtime._gt
+    return [
+        "if D < 16:",
+        f"    {out} = {init}",
+        "    for i in range(D):",
+        f"        {out} = {gt.format(f'{a}[i]', out)}",
+        "else:",
+        f"    r0, r1, r2, r3, r4, r5, r6, r7 = max8({a}, 0, D // 8)",
+        f"    t0 = {gt.format('r0', 'r1')}",
+        f"    t1 = {gt.format('r2', 'r3')}",
+        f"    t2 = {gt.format('r4', 'r5')}",
+        f"    t3 = {gt.format('r6', 'r7')}",
+        f"    t0 = {gt.format('t0', 't1')}",
+        f"    t2 = {gt.format('t2', 't3')}",
+        f"    {out} = {gt.format('t0', 't2')}",
+        "    for i in range(8 * (D // 8), D):",
+        f"        {out} = {gt.format(f'{a}[i]', out)}",
+        f"    {out} = {gt.format(out, init)}",
+    ]
+
+
+def _simd(src: str) -> str:
+    """``src`` importing ``rows_simd``'s lane sums (its hash in the text: new kernels when it changes)."""
+    imp = (f"# rows_simd.py {SIMD_HASH}\n"
+           "from caramba.backends.cpu.fused.rows_simd import lanes8, max8, sq_lanes8  # noqa: F401\n\n")
+    i = src.index("\n@") + 1  # before the kernel's decorator, after the header's imports
+    return src[:i] + imp + src[i:]
+
+
 def norm_forward(d: DType, n_affine: int, eps: float, centered: bool, parallel: bool) -> str:
     """``kernel(x, [gamma], [beta], y)``: layer norm (``centered``) or RMS norm of each row."""
     e = lit(eps, d)
     body = []
     if centered:
-        body += [
-            f"mu = {cast('row_sum(xr, 0, D, zero) / Dt', d)}",
-            f"var = {cast('row_sq_sum(xr, 0, D, mu, zero) / Dt', d)}",
-        ]
+        body += _row_sum("s1", "xr", None)
+        body += [f"mu = {cast('s1 / Dt', d)}"]
     else:
-        body += [f"mu = {lit(0, d)}", f"var = {cast('row_sq_sum(xr, 0, D, mu, zero) / Dt', d)}"]
+        body += [f"mu = {lit(0, d)}"]
+    body += _row_sum("s2", "xr", "mu")
     body += [
+        f"var = {cast('s2 / Dt', d)}",
         f"rstd = {cast(f'{lit(1, d)} / math.sqrt(var + {e})', d)}",
         "for k in range(D):",
         f"    v = {cast('(xr[k] - mu) * rstd', d)}" if centered else "    v = xr[k] * rstd",
@@ -97,22 +163,22 @@ def norm_forward(d: DType, n_affine: int, eps: float, centered: bool, parallel: 
         body.append("    v = v + b[k]")
     body.append(f"    yr[k] = {cast('v', d)}")
     params = ["x"] + ["g", "b"][:n_affine] + ["y"]
-    return _text("layer_norm" if centered else "rms_norm", params, parallel, body, d)
+    return _simd(_text("layer_norm" if centered else "rms_norm", params, parallel, body, d))
 
 
 def softmax_forward(d: DType, log: bool, parallel: bool) -> str:
     """``kernel(x, y)``: softmax (or log-softmax) of each row, stable (max subtracted)."""
     body = [
-        f"m = row_max(xr, 0, D, {lit(float('-inf'), d)})",
+        *_row_max("m", "xr", lit(float("-inf"), d)),
         "for k in range(D):",
         f"    yr[k] = {_exp(cast('xr[k] - m', d), d)}",
-        "s = row_sum(yr, 0, D, zero)",
+        *_row_sum("s", "yr", None),
     ]
     if log:
         body += [f"ls = {cast('math.log(s)', d)}", "for k in range(D):", f"    yr[k] = {cast('(xr[k] - m) - ls', d)}"]
     else:
         body += [f"r = {cast(f'{lit(1, d)} / s', d)}", "for k in range(D):", "    yr[k] = yr[k] * r"]
-    return _text("log_softmax" if log else "softmax", ["x", "y"], parallel, body, d)
+    return _simd(_text("log_softmax" if log else "softmax", ["x", "y"], parallel, body, d))
 
 
 # ---- the callables the cpu kernels use ------------------------------------------------------
@@ -151,8 +217,13 @@ def norm_rows(x: ValueType, n_affine: int, eps: float, axis: int, centered: bool
         if not L * D:
             return
         out = rest[-1]
-        if two_d and one_d and out.flags.c_contiguous and x_a.flags.c_contiguous:
-            k(x_a, *rest)  # the common case, with no reshapes (a few µs a call on small rows)
+        if out.flags.c_contiguous and x_a.flags.c_contiguous:
+            if two_d and one_d:
+                k(x_a, *rest)  # the common case, with no reshapes (a few µs a call on small rows)
+            elif one_d:  # [..., D] rows: views of x and out as [L, D], nothing copied
+                k(x_a.reshape(L, D), *rest[:-1], out.reshape(L, D))
+            else:
+                k(x_a.reshape(L, D), *(np.ascontiguousarray(a).reshape(D) for a in rest[:-1]), out.reshape(L, D))
             return
         o2 = _into(out, L, D)
         k(_two(x_a, L, D), *(np.ascontiguousarray(a).reshape(D) for a in rest[:-1]), o2)
@@ -174,8 +245,11 @@ def softmax_rows(x: ValueType, log: bool) -> Rows:
     def run(x_a, out):
         if not L * D:
             return
-        if two_d and out.flags.c_contiguous and x_a.flags.c_contiguous:
-            k(x_a, out)
+        if out.flags.c_contiguous and x_a.flags.c_contiguous:
+            if two_d:
+                k(x_a, out)
+            else:  # [..., D] rows: views as [L, D], nothing copied
+                k(x_a.reshape(L, D), out.reshape(L, D))
             return
         o2 = _into(out, L, D)
         k(_two(x_a, L, D), o2)

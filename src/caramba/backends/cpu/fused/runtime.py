@@ -173,6 +173,63 @@ def _poly(z, c):
 
 
 @intrinsic
+def _fma32_intrinsic(typingctx, a, b, c):
+    def codegen(context, builder, signature, args):
+        f = llir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f], llir.FunctionType(f, [f, f, f]))
+        return builder.call(fn, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+if _has_fma():
+    _mad32 = _fma32_intrinsic
+else:
+    @njit(inline="always", **_OPTS)
+    def _mad32(a, b, c):
+        return a * b + c
+
+
+@njit(inline="always", **_OPTS)
+def _poly32(z, c):
+    """``_poly`` in float32 (float32 ``z``; the coefficients rounded to float32 once)."""
+    r = np.float32(c[len(c) - 1])
+    for i in range(len(c) - 2, -1, -1):
+        r = _mad32(r, z, np.float32(c[i]))
+    return r
+
+
+def _horner_intrinsic(coeffs: tuple[float, ...], f32: bool = False):
+    """``_poly(z, coeffs)`` as one call: the same multiply-adds (``llvm.fma`` where ``_mad`` is
+    it, else a multiply then an add, never contracted) in the same order, emitted straight to
+    LLVM. For generated kernels (``inline.py`` writes these for ``_poly``): typing and lowering
+    one call instead of one per coefficient is most of what a kernel's exp or erfc cost to
+    compile."""
+    fma = _has_fma()
+    if f32:  # _poly32's: the coefficients rounded to float32 as np.float32 rounds them
+        coeffs = tuple(float(np.float32(c)) for c in coeffs)
+    nty = types.float32 if f32 else types.float64
+
+    @intrinsic
+    def horner(typingctx, z):
+        def codegen(context, builder, signature, args):
+            d = llir.FloatType() if f32 else llir.DoubleType()
+            (zv,) = args
+            r = llir.Constant(d, coeffs[-1])
+            fn = builder.module.declare_intrinsic("llvm.fma", [d], llir.FunctionType(d, [d, d, d])) if fma else None
+            for c in reversed(coeffs[:-1]):
+                if fn is not None:
+                    r = builder.call(fn, [r, zv, llir.Constant(d, c)])
+                else:
+                    r = builder.fadd(builder.fmul(r, zv), llir.Constant(d, c))
+            return r
+
+        return nty(nty), codegen
+
+    return horner
+
+
+@intrinsic
 def _bits(typingctx, x):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], llir.IntType(64))
@@ -210,6 +267,17 @@ ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.775795491
 ERF_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
           3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
           -2.24409524465858183362e+01)
+
+
+# the polynomials above as one intrinsic each (name -> coefficients), for inline.py's _poly
+HORNER = {"_horner_exp": EXP_TAYLOR, "_horner_erf_pp": ERF_PP, "_horner_erf_qq": ERF_QQ, "_horner_erf_pa": ERF_PA,
+          "_horner_erf_qa": ERF_QA, "_horner_erf_ra": ERF_RA, "_horner_erf_sa": ERF_SA, "_horner_erf_rb": ERF_RB,
+          "_horner_erf_sb": ERF_SB}
+HORNER32 = {"_horner32_" + k.removeprefix("_horner_"): v for k, v in HORNER.items() if k != "_horner_exp"}
+for _name, _c in HORNER.items():
+    globals()[_name] = _horner_intrinsic(_c)
+for _name, _c in HORNER32.items():
+    globals()[_name] = _horner_intrinsic(_c, f32=True)
 
 
 @njit(inline="always", **_OPTS)
@@ -290,4 +358,59 @@ def erfc_fast(x):
     tail = r if x > 0.0 else (2.0 if x < -6.0 else 2.0 - r)
     far = 0.0 if x > 0.0 else 2.0
     out = small if is_small else (mid if ax < 1.25 else (tail if ax < 28.0 else far))
+    return x if x != x else out
+
+
+# float32 erfc in float32 arithmetic (full float32 SIMD width: twice erfc_fast's lanes): the same
+# fdlibm regions and coefficients (rounded to float32), the tail's exp(-z*z - 0.5625 + c) with
+# z of 11 bits (z*z exact) taken in two parts as _exp2 does, in exp_f32's reduction. Within 2
+# ulp of mpmath's erfc wherever the result is normal (tests/unit/backends/cpu/test_erfc_f32.py).
+ERX = 8.45062911510467529297e-01  # 23 significant bits: exact in float32
+
+
+@njit(inline="always", **_OPTS)
+def _exp2_f32(a, b, mul):
+    """``mul * exp(a + b)`` in float32 for erfc_f32's tail: ``a`` = -z*z - 0.5625 (exact, at most
+    -2.1), ``b`` a small correction; the scale 2**k applied last (one rounding into the
+    subnormals)."""
+    s = a + b
+    sc = max(s, np.float32(-104.0))
+    k = np.floor(sc * np.float32(1.44269504088896341) + np.float32(0.5))
+    r = (a - k * np.float32(0.693359375)) + (b - k * np.float32(-2.12194440e-4))
+    p = np.float32(EXPF_P[0])
+    p = p * r + np.float32(EXPF_P[1])
+    p = p * r + np.float32(EXPF_P[2])
+    p = p * r + np.float32(EXPF_P[3])
+    p = p * r + np.float32(EXPF_P[4])
+    p = p * r + np.float32(EXPF_P[5])
+    y = p * r * r + r + np.float32(1.0)
+    ki = np.int32(k)
+    k1 = ki >> 1
+    s1 = np.int32((k1 + 127) << 23).view(np.float32)
+    s2 = np.int32((ki - k1 + 127) << 23).view(np.float32)
+    out = y * mul * s1 * s2
+    return np.float32(0.0) if s < np.float32(-104.0) else out
+
+
+@njit(inline="always", **_OPTS)
+def erfc_f32(x):
+    """erfc(x) for float32 in float32 arithmetic, branch-free: erfc_fast's regions in float32."""
+    ax = abs(x)
+    z = x * x
+    m = ax - np.float32(1.0)
+    is_small = ax < np.float32(0.84375)
+    ratio = (_poly32(z, ERF_PP) if is_small else _poly32(m, ERF_PA)) / (_poly32(z, ERF_QQ) if is_small else _poly32(m, ERF_QA))
+    small = ((np.float32(1.0) - (x + x * ratio)) if x < np.float32(0.25)
+             else (np.float32(0.5) - (x * ratio + (x - np.float32(0.5)))))
+    mid = ((np.float32(1.0 - ERX) - ratio) if x >= np.float32(0.0) else (np.float32(1.0) + (np.float32(ERX) + ratio)))
+    at = min(max(ax, np.float32(1.25)), np.float32(10.5))  # past 10.06 erfc underflows float32
+    inv = np.float32(1.0) / at
+    s = inv * inv
+    near = at < np.float32(2.857142857142857)
+    rs = (_poly32(s, ERF_RA) if near else _poly32(s, ERF_RB)) / (_poly32(s, ERF_SA) if near else _poly32(s, ERF_SB))
+    zt = np.int32(np.float32(at).view(np.int32) & np.int32(-8192)).view(np.float32)  # 11 significant bits: zt*zt exact
+    r = _exp2_f32(-zt * zt - np.float32(0.5625), (zt - at) * (zt + at) + rs, inv)
+    tail = r if x > np.float32(0.0) else np.float32(2.0) - r
+    far = np.float32(0.0) if x > np.float32(0.0) else np.float32(2.0)
+    out = small if is_small else (mid if ax < np.float32(1.25) else (tail if ax < np.float32(10.5) else far))
     return x if x != x else out

@@ -105,13 +105,34 @@ def _scatter_add(node, ins):
     n = ins[0].shape[axis]
     lead = (slice(None),) * axis
 
+    rows = _scatter_rows(ins[0], axis)
+
     def scatter_add(x, idx, upd):
         _check_indices(idx, n, f"shape.scatter_add node '{node.id}'")
         out = x.copy()
+        if rows is not None:  # the same adds in the same order as np.add.at (_scatter_loops.py)
+            p, s = rows[1]
+            rows[0](out.reshape(p, n, s), idx.reshape(-1).astype(np.int64, copy=False),
+                    np.ascontiguousarray(upd).reshape(p, idx.size, s))
+            return out
         np.add.at(out, lead + (idx,), upd)
         return out
 
     return scatter_add
+
+
+def _scatter_rows(x_t, axis: int):
+    """(``_scatter_loops.scatter_add_rows``, (P, S)) for a float ``x`` where Numba is installed,
+    else None (``np.add.at``)."""
+    import math
+
+    from caramba.backends.cpu import fused
+
+    if x_t.dtype.numpy not in (np.float32, np.float64) or not fused.available():
+        return None
+    from caramba.backends.cpu.kernels._scatter_loops import scatter_add_rows
+
+    return scatter_add_rows, (math.prod(x_t.shape[:axis]), math.prod(x_t.shape[axis + 1:]))
 
 
 def _check_starts(starts, n: int, size: int, what: str) -> None:

@@ -90,12 +90,45 @@ def _loss_loops():
     return _loss_loops
 
 
+# From this many classes a row's cross-entropy runs in vectorized passes (``_xent_loops``):
+# below it, the one-pass loop of ``_loss_loops`` (float64) or NumPy.
+WIDE_CLASSES = 32
+
+
+def _wide_cross_entropy(logits, labels_t, red, s, what):
+    """The cross-entropy of float rows of at least ``WIDE_CLASSES`` through ``_xent_loops``
+    (float32 kept float32), or None (no Numba, narrow rows, another dtype)."""
+    if logits.dtype not in (DType.float32, DType.float64) or not logits.rank or logits.shape[-1] < WIDE_CLASSES:
+        return None
+    from caramba.backends.cpu import fused
+
+    if not fused.available():
+        return None
+    from caramba.backends.cpu.kernels import _xent_loops
+
+    c, dt = logits.shape[-1], logits.dtype.numpy
+    rows = _xent_loops.cross_entropy_rows_f32 if logits.dtype == DType.float32 else _xent_loops.cross_entropy_rows_f64
+    n = math.prod(labels_t.shape)
+
+    def cross_entropy_wide(x, labels):
+        out, tmp = np.empty(labels.shape, dt), np.empty(c, dt)
+        bad = rows(np.ascontiguousarray(x).reshape(n, c), labels.reshape(-1), float(s), out.reshape(-1), tmp)
+        if bad >= 0:
+            check_labels(labels, c, what)  # raises, naming the offending labels
+        return red(out)
+
+    return cross_entropy_wide
+
+
 @kernel("train.loss.cross_entropy", LABELED)
 def _cross_entropy(node, ins):
     red = _reduce(node)
     s = node.attrs["label_smoothing"]
     what = f"train.loss.cross_entropy node '{node.id}' labels"
     logits = ins[0]
+    wide = _wide_cross_entropy(logits, labels_t=ins[1], red=red, s=s, what=what)
+    if wide is not None:
+        return wide
     loops = _loss_loops() if logits.dtype == DType.float64 and logits.rank and logits.shape[-1] else None
     if loops is None:
         return lambda logits, labels: red(cross_entropy_rows(logits, labels, s, what))
