@@ -60,6 +60,27 @@ def sgd(p, g, buf, p_out, buf_out, lr, gs, momentum, dampening, nesterov, wd):
 
 
 @njit(**JIT)
+def sgd_f32(p, g, buf, p_out, buf_out, lr, gs, momentum, one_minus_dampening, nesterov, wd, use_wd, use_momentum):
+    """``sgd_elem`` on float32 arrays with every scalar already float32: each operation is the one
+    NumPy performs on float32 arrays with Python-float scalars (the scalar rounded to float32,
+    the operation in float32; ``1 - dampening`` computed in float64 first, as Python does), so
+    the bits equal the NumPy path's (tests/unit/backends/cpu/test_train_chunked.py). The
+    generic loop cannot be used for float32: Numba would keep ``1.0 - dampening`` in float64."""
+    for i in range(p.size):
+        gi = g[i] * gs
+        if use_wd:
+            gi = gi + wd * p[i]
+        if use_momentum:
+            b = momentum * buf[i] + one_minus_dampening * gi
+            d = gi + momentum * b if nesterov else b
+            buf_out[i] = b
+        else:
+            d = gi
+            buf_out[i] = buf[i]
+        p_out[i] = p[i] - lr * d
+
+
+@njit(**JIT)
 def adam(p, g, m, v, p_out, m_out, v_out, lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2):
     for i in range(p.size):
         p_out[i], m_out[i], v_out[i] = _adam(p[i], g[i], m[i], v[i], lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2)

@@ -240,9 +240,12 @@ def _run(spare, name, elem, arrays, scalars):
     """Apply ``elem``; returns one new array per output (inputs are never written; large outputs
     reuse ``spare`` arrays nobody holds any more)."""
     p = arrays[0]
-    # Numba only for float64: its float32 arithmetic would promote Python scalars to float64
-    # where NumPy keeps float32, and the two paths must agree.
+    # Numba only for float64 (and float32 SGD, written out in float32 operations: ``_sgd_f32``):
+    # the generic loops' float32 arithmetic would promote Python scalars to float64 where NumPy
+    # keeps float32, and the two paths must agree.
     loops = _loops() if p.size >= LOOP_MIN and p.dtype == np.float64 else None
+    if p.dtype == np.float32 and name == "sgd" and p.size >= LOOP_MIN and _loops() is not None:
+        return _sgd_f32(spare, arrays, scalars)
     if loops is None:
         out = elem(*arrays, *scalars)
         return tuple(np.asarray(o, dtype=p.dtype) for o in out)
@@ -260,6 +263,28 @@ def _run(spare, name, elem, arrays, scalars):
         ranges = workers.blocks(p.size, workers.count())
         if not _on_native_helpers(loops, name, arrs, scalars, ranges):
             workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), ranges)
+    return tuple(o.reshape(p.shape) for o in outs)
+
+
+def _sgd_f32(spare, arrays, scalars):
+    """SGD on float32 parameters in one Numba pass (``_train_loops.sgd_f32``: NumPy's float32
+    operations, so the same bits as ``sgd_elem``); large ones in blocks on the cpu workers."""
+    lr, gs, momentum, dampening, nesterov, wd = scalars
+    f = np.float32
+    args = (f(lr), f(gs), f(momentum), f(1.0 - dampening), bool(nesterov), f(wd), wd != 0.0, momentum != 0.0)
+    p = arrays[0]
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    for x in flat:  # one compile for fresh (read-only) and stepped state
+        x.flags.writeable = False
+    outs = tuple(spare.empty(p.size, p.dtype) for _ in range(2))
+    loop = _loops().sgd_f32
+    if p.size < LOOP_SPLIT:
+        loop(*flat, *outs, *args)
+    else:
+        from caramba.backends.cpu import workers
+
+        arrs = flat + list(outs)
+        workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *args), workers.blocks(p.size, workers.count()))
     return tuple(o.reshape(p.shape) for o in outs)
 
 
