@@ -22,7 +22,13 @@ LOCAL_TEST = Path(__file__).resolve().parents[2] / "unit" / "run" / "test_resume
 
 
 def _local_test() -> dict:
-    ns: dict = {}
+    import importlib.util
+
+    # the slice below builds its manifest with tests/unit/blobs_manifest.py (imported relatively there)
+    spec = importlib.util.spec_from_file_location("blobs_manifest", LOCAL_TEST.parents[1] / "blobs_manifest.py")
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    ns: dict = {"blobs_manifest": helper.blobs_manifest}
     src = LOCAL_TEST.read_text()
     exec(src[src.index("STEPS = "):src.index("RUN = CliRunner()")], ns)  # one experiment for both tests
     return ns
