@@ -154,6 +154,13 @@ def _calibrate(t: _Timed, timing: Timing) -> None:
         t.per_call.append(one)  # a slow call's timing is a sample already
 
 
+# A pause after each sample when implementations take turns: the thread pools of PyTorch
+# (OpenMP), JAX (Eigen) and OpenBLAS keep spinning for a while after their last call and would
+# otherwise take a core from whichever implementation is sampled next (measured: caramba's
+# dense+GELU float32 went from 17.6 ms sampled after JAX alone to 26 ms after PyTorch and NumPy).
+SETTLE_S = 0.1
+
+
 def measure_all(preps: list[Prepared], timing: Timing) -> list[_Timed]:
     """Every implementation calibrated in turn, then sampled in rounds (see the module doc).
     An implementation that raises keeps its error (``_Timed.error``); the others go on."""
@@ -170,6 +177,8 @@ def measure_all(preps: list[Prepared], timing: Timing) -> list[_Timed]:
                     t.sample()
                 except Exception as exc:
                     t.error = exc
+                if len(timed) > 1:
+                    time.sleep(SETTLE_S)
     return timed
 
 

@@ -8,7 +8,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench(
-        suite: str = typer.Option("quick", "--suite", help="quick (< 3 min) or full (< 15 min)"),
+        suite: str = typer.Option("quick", "--suite", help="quick (< 5 min) or full (< 20 min)"),
         backend: list[str] = typer.Option(None, "--backend", "-b", help="caramba backend spec(s); default: every available backend"),
         only: list[str] = typer.Option(None, "--only", help="run only these workloads or studies"),
         peer: list[str] = typer.Option(None, "--peer", help="limit peers (numpy, jax, torch, onnxruntime)"),
