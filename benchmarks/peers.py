@@ -16,6 +16,30 @@ from benchmarks.harness import NotApplicable, Prepared
 
 
 # ---- caramba ------------------------------------------------------------------------------
+def caramba_train_prep(runner: Any, step: Any, state: dict[str, np.ndarray], batch: dict[str, np.ndarray],
+                       note: str) -> Prepared:
+    """A ``caramba.train.TrainStep`` timed as one executable over resident state (the loss comes
+    back); its check runs two steps from ``state`` afresh and returns both losses."""
+    from caramba.train import Trainer
+
+    def fresh():
+        trainer = Trainer(step, runner)
+        for name in list(runner.state):
+            del runner.state[name]
+        for name, v in state.items():
+            runner.state[name] = runner.upload(v)
+        return trainer
+
+    exe = fresh().executable(("loss",))
+    tensors = {k: runner.upload(v) for k, v in batch.items()}
+
+    def check():
+        t = fresh()
+        return np.array([t.step(tensors)["loss"], t.step(tensors)["loss"]])
+
+    return Prepared(lambda: float(exe.run(tensors)["loss"].download()), check=check, note=note)
+
+
 def caramba_prep(runner: Any, graph: Any, inputs: dict[str, np.ndarray], output: str = "out") -> Prepared:
     exe = runner.compile(graph)
     tensors = {k: runner.upload(v) for k, v in inputs.items() if k in exe.input_types}

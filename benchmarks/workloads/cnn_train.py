@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.harness import Case, Prepared, Workload
+from benchmarks.peers import caramba_train_prep
 from benchmarks.workloads.cnn import CLASSES, RB, RC, RS, _torch_resnet, resnet_forward, resnet_params
 
 # lr 1e-4: the random network starts at a loss of ~63 (no batch statistics); 1e-2 diverges in two steps
@@ -95,7 +96,7 @@ class ResNet18Train(Workload):
         return _two(step, fresh())
 
     def caramba(self, case, runner, inputs):
-        from caramba.train import SGD, Trainer, TrainStep, cross_entropy
+        from caramba.train import SGD, TrainStep, cross_entropy
 
         dt = case.params["dtype"]
         params = self._params(inputs)
@@ -103,26 +104,8 @@ class ResNet18Train(Workload):
         step = TrainStep(model, lambda m, x, y: cross_entropy(m(x), y),
                          SGD(LR, momentum=MOMENTUM, weight_decay=WD),
                          {"x": ((RB, RC, RS, RS), dt), "y": ((RB,), "int64")})
-        by_state = {name.replace(".", "_"): v for name, v in params.items()}
-
-        def fresh():
-            trainer = Trainer(step, runner)
-            for name in list(runner.state):
-                del runner.state[name]
-            for name, v in by_state.items():
-                runner.state[name] = runner.upload(v)
-            return trainer
-
-        trainer = fresh()
-        exe = trainer.executable(("loss",))
-        batch = {"x": runner.upload(inputs["x"]), "y": runner.upload(inputs["y"])}
-
-        def check():
-            t = fresh()
-            return np.array([t.step(batch)["loss"], t.step(batch)["loss"]])
-
-        return Prepared(lambda: float(exe.run(batch)["loss"].download()), check=check,
-                        note="TrainStep: one graph, fused SGD, resident state")
+        return caramba_train_prep(runner, step, {name.replace(".", "_"): v for name, v in params.items()},
+                                  {"x": inputs["x"], "y": inputs["y"]}, "TrainStep: one graph, fused SGD, resident state")
 
     def torch(self, case, inputs):
         step, fresh = _torch_trainer(self._params(inputs), inputs["x"], inputs["y"], np.dtype(case.params["dtype"]))

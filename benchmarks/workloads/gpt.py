@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from benchmarks.harness import Case, Prepared, Workload
+from benchmarks.peers import caramba_train_prep
 
 # ---- the model, once per framework ---------------------------------------------------------
 
@@ -180,33 +181,15 @@ class CharGptTrain(Workload):
         return _two_losses(step, fresh())
 
     def caramba(self, case, runner, inputs):
-        from caramba.train import AdamW, Trainer, TrainStep, cross_entropy
+        from caramba.train import AdamW, TrainStep, cross_entropy
 
         dt = case.params["dtype"]
         model = caramba_gpt(CL, CD, CH, CV, CT, dt)
         step = TrainStep(model, lambda m, x, y: cross_entropy(m(x), y),
                          AdamW(LR, betas=BETAS, eps=EPS, weight_decay=WD, clip_norm=CLIP),
                          {"x": ((CB, CT), "int64"), "y": ((CB, CT), "int64")})
-        params = self._params(inputs)
-
-        def fresh():
-            trainer = Trainer(step, runner)
-            for name in list(runner.state):
-                del runner.state[name]
-            for name, v in params.items():
-                runner.state[name] = runner.upload(v)
-            return trainer
-
-        trainer = fresh()
-        exe = trainer.executable(("loss",))
-        batch = {"x": runner.upload(inputs["x"]), "y": runner.upload(inputs["y"])}
-
-        def check():
-            t = fresh()
-            return np.array([t.step(batch)["loss"], t.step(batch)["loss"]])
-
-        return Prepared(lambda: float(exe.run(batch)["loss"].download()), check=check,
-                        note="TrainStep: one graph, fused AdamW, resident state")
+        return caramba_train_prep(runner, step, self._params(inputs), {"x": inputs["x"], "y": inputs["y"]},
+                                  "TrainStep: one graph, fused AdamW, resident state")
 
     def torch(self, case, inputs):
         dt = np.dtype(case.params["dtype"])
