@@ -171,3 +171,28 @@ def test_second_order_gradients(cpu):
         dx = autodiff.grad((x * x * x).sum(), x)
         g.output("ddx", autodiff.grad(dx.sum(), x))
     np.testing.assert_allclose(run(cpu, g, x=np.array([1.0, -2.0, 0.5, 3.0]))["ddx"], [6, -12, 3, 18])
+
+
+@pytest.mark.parametrize("b_shape", [(4, 6), (1, 4, 6)])
+def test_shared_weight_gradient_is_one_product_over_the_flattened_rows(cpu, b_shape):
+    """A weight shared by every leading index of a batched ``a @ w`` gets its gradient as one
+    [K, rows] @ [rows, N] product (as PyTorch computes it), not a product per leading index
+    followed by a sum; the values are the exact sum within float64 rounding."""
+    rng = np.random.default_rng(3)
+    X, W, C = rng.standard_normal((2, 3, 5, 4)), rng.standard_normal(b_shape), rng.standard_normal((2, 3, 5, 6))
+    with ir.Graph() as g:
+        x = g.input("x", X.shape)
+        w = g.input("w", W.shape)
+        c = g.input("c", C.shape)
+        dx, dw = autodiff.grad(ops.sum(ops.matmul(x, w) * c), [x, w])
+        g.output("dx", dx)
+        g.output("dw", dw)
+    grad_nodes = [n for n in g.nodes if n.id.startswith("d.")]
+    products = [n for n in grad_nodes if n.op == "linalg.matmul"]
+    w_product = [n for n in products if len(g.type_of(n.outputs[0]).shape) == 2]
+    assert len(w_product) == 1 and not any(n.op == "reduce.sum" and g.type_of(n.inputs[0]).shape[-2:] == (4, 6)
+                                           for n in grad_nodes)
+    got = run(cpu, g, x=X, w=W, c=C)
+    want_dw = np.einsum("abik,abin->kn", X, C).reshape(W.shape)
+    np.testing.assert_allclose(got["dw"], want_dw, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got["dx"], C @ np.swapaxes(W.reshape(4, 6), -1, -2), rtol=1e-13)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from caramba import ops
 from caramba.autodiff.rules import rule
 from caramba.autodiff.rules._util import reshape, unbroadcast
@@ -30,7 +32,15 @@ def matmul(c, ct):
     if c.needs[0]:
         da = reshape(unbroadcast(ops.matmul(ct2, swap_last(b2)), a2.shape), a.shape)
     if c.needs[1]:
-        db = reshape(unbroadcast(ops.matmul(swap_last(a2), ct2), b2.shape), b.shape)
+        if a2.ndim > 2 and all(d == 1 for d in b2.shape[:-2]):
+            # b shared by every leading index of a (a layer's weight): the batch sum folds into
+            # one GEMM over the flattened rows, a2^T [K, rows] @ ct2 [rows, N], as PyTorch does,
+            # instead of a product per leading index followed by a sum of [.., K, N] results
+            rows = math.prod(a2.shape[:-1])
+            db = ops.matmul(swap_last(reshape(a2, (rows, a2.shape[-1]))), reshape(ct2, (rows, ct2.shape[-1])))
+            db = reshape(db, b.shape)
+        else:
+            db = reshape(unbroadcast(ops.matmul(swap_last(a2), ct2), b2.shape), b.shape)
     return da, db
 
 

@@ -73,9 +73,12 @@ def _node(causal, scale, shapes, dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("block", [1, 7, 1 << 15])
-def test_fused_equals_unfused_and_splits(monkeypatch, dtype, block):
-    """Any block size and a forced two-way worker split give the unfused kernel's result."""
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_fused_equals_unfused_and_splits(monkeypatch, dtype, block, path):
+    """Any block size and a forced two-way worker split give the unfused kernel's result, on
+    the native helpers (``_attention_native``) and on the NumPy path."""
     from caramba.backends.cpu import workers
+    from caramba.backends.cpu.kernels import _attention_native
 
     rng = np.random.default_rng(5)
     shapes = [(3, 4, 20, 8), (3, 4, 24, 8), (3, 4, 24, 6)]
@@ -83,7 +86,12 @@ def test_fused_equals_unfused_and_splits(monkeypatch, dtype, block):
     node, ins = _node(True, 0.3, shapes, dtype)
     monkeypatch.setattr(att, "BLOCK_SCORES", block)
     monkeypatch.setattr(att, "SPLIT_FLOPS", 0.0)
+    monkeypatch.setattr(_attention_native, "SPLIT_FLOPS", 0.0)
     monkeypatch.setattr(workers, "count", lambda: 2)
+    if path == "numpy":
+        monkeypatch.setattr(att, "_native", lambda *a: None)
+    elif att._native((3, 4), 20, 24, 8, 6, np.dtype(dtype), 0.3, True) is None:
+        pytest.skip("no native attention here (needs NumPy's ILP64 OpenBLAS and the native helpers)")
     fused = att._fused_sdpa(*ins, 0.3, True)
     assert fused is not None
     got = fused(q, k, v)
@@ -290,3 +298,97 @@ def test_training_graph_computes_probabilities_once(cpu, dtype, causal):
         scale = np.abs(want).max()
         np.testing.assert_allclose(got[key], want, rtol=tol, atol=tol * scale)
         np.testing.assert_allclose(got[key], unfused[key], rtol=tol, atol=tol * scale)
+
+
+
+def _native_or_skip(*args):
+    run = att._native(*args)
+    if run is None:
+        pytest.skip("no native attention here (needs NumPy's ILP64 OpenBLAS and the native helpers)")
+    return run
+
+
+def _reference_sdpa(q, k, v, scale, causal):
+    """float64 NumPy: where(mask, q @ k^T * scale, -inf), softmax, @ v (NaN for fully masked rows)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    tq, tk = s.shape[-2:]
+    if causal:
+        s = np.where(np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq), s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    return p @ v, p
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("layout", ["heads_view", "contiguous_3d", "five_d", "broadcast_free_copy"])
+def test_native_attention_reads_strided_operands(monkeypatch, dtype, layout):
+    """Heads seen through a transpose (not copied), 3-D and 5-D batches, a non-unit column
+    stride (copied first): the output and probabilities match float64 NumPy; split or not."""
+    from caramba.backends.cpu import workers
+    from caramba.backends.cpu.kernels import _attention_native
+
+    monkeypatch.setattr(_attention_native, "SPLIT_FLOPS", 0.0)
+    monkeypatch.setattr(workers, "count", lambda: 2)
+    rng = np.random.default_rng(21)
+    if layout == "heads_view":  # [B, T, H, D] projections seen as [B, H, T, D]
+        q, k, v = (rng.standard_normal((2, 9, 3, 5)).astype(dtype).transpose(0, 2, 1, 3) for _ in range(3))
+    elif layout == "contiguous_3d":
+        q, k, v = (rng.standard_normal((4, 9, 5)).astype(dtype) for _ in range(3))
+    elif layout == "five_d":
+        q, k, v = (rng.standard_normal((2, 2, 3, 9, 5)).astype(dtype) for _ in range(3))
+    else:  # every other column: BLAS cannot read it in place
+        q, k, v = (rng.standard_normal((2, 3, 9, 10)).astype(dtype)[..., ::2] for _ in range(3))
+    batch = q.shape[:-2]
+    run = _native_or_skip(batch, 9, 9, 5, 5, np.dtype(dtype), 0.4, True)
+    out, p = np.empty(batch + (9, 5), dtype), np.empty(batch + (9, 9), dtype)
+    run(q, k, v, out, p)
+    want_out, want_p = _reference_sdpa(q, k, v, float(np.dtype(dtype).type(0.4)), True)
+    tol = 3e-6 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(p, want_p, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out, want_out, rtol=tol, atol=tol)
+    assert out.dtype == p.dtype == np.dtype(dtype)
+
+
+def test_native_attention_more_queries_than_keys_gives_nan_rows_like_the_unfused_graph():
+    """Causal with Tq > Tk: the first rows keep no key; softmax over all -inf is NaN (as the
+    unfused where + softmax), the other rows are exact."""
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((2, 7, 3)), rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 2))
+    run = _native_or_skip((2,), 7, 4, 3, 2, np.dtype("float64"), 0.5, True)
+    out, p = np.empty((2, 7, 2)), np.empty((2, 7, 4))
+    run(q, k, v, out, p)
+    want_out, want_p = _reference_sdpa(q, k, v, 0.5, True)
+    np.testing.assert_array_equal(np.isnan(p), np.isnan(want_p))
+    assert np.isnan(p[:, :3]).all() and not np.isnan(p[:, 3:]).any()
+    np.testing.assert_allclose(p[:, 3:], want_p[:, 3:], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(out[:, 3:], want_out[:, 3:], rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("keep_probs", [True, False])
+def test_native_attention_same_bits_when_the_helpers_are_busy(monkeypatch, keep_probs):
+    """When another split call holds the helpers, the same blocks run on the calling thread
+    (scratch rows included): the same bits as the split run."""
+    from caramba.backends.cpu import workers
+    from caramba.backends.cpu.kernels import _attention_native
+
+    monkeypatch.setattr(_attention_native, "SPLIT_FLOPS", 0.0)
+    if workers.count() < 2:
+        pytest.skip("one worker: nothing is split")
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((6, 4, 16, 8)).astype("float32") for _ in range(3))
+    run = _native_or_skip((6, 4), 16, 16, 8, 8, np.dtype("float32"), 0.35, True)
+
+    def once():
+        out, p = np.empty((6, 4, 16, 8), np.float32), np.empty((6, 4, 16, 16), np.float32)
+        run(q, k, v, out, p if keep_probs else None)
+        return out
+
+    split = once()
+    assert workers._RUNNING.acquire(blocking=False)
+    try:
+        in_turn = once()
+    finally:
+        workers._RUNNING.release()
+    assert np.array_equal(split, in_turn)

@@ -187,3 +187,37 @@ def test_other_backends_are_not_given_the_fused_grad():
     with compute.new("xla") as xla:
         after, _ = compile_graph(g, xla)
         assert not any(n.op.startswith("fused.") for n in after.nodes)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_split_norm_grad_gives_the_same_bits_when_the_helpers_are_busy(dtype):
+    """Rows split over the workers sum dgamma/dbeta per block; when another split call holds the
+    helpers, the same blocks run on the calling thread in turn: the same partial rows, the same
+    bits."""
+    from caramba.backends.cpu import workers
+    from caramba.backends.cpu.fused.rows_grad import norm_grad
+    from caramba.ir.types import ValueType
+
+    if workers.count() < 2:
+        pytest.skip("one worker: nothing is split")
+    shape = (64, 1100)  # past codegen.PARALLEL_MIN_WORK
+    run_grad = norm_grad(ValueType(shape, dtype), 1, 1e-5, True, True, True, True)
+    rng = np.random.default_rng(11)
+    x, ct = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    gamma = rng.standard_normal(shape[1:]).astype(dtype)
+
+    def once():
+        outs = [np.empty(shape, dtype), np.empty(shape[1:], dtype), np.empty(shape[1:], dtype)]
+        run_grad(x, ct, gamma, *outs)
+        return outs
+
+    split = once()
+    assert workers._RUNNING.acquire(blocking=False)  # as if another split call were running
+    try:
+        in_turn = once()
+    finally:
+        workers._RUNNING.release()
+    for a, b in zip(split, in_turn, strict=True):
+        assert np.array_equal(a, b)
+    want_dbeta = ct.sum(axis=0)
+    np.testing.assert_allclose(split[2], want_dbeta, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-3 if dtype == "float32" else 1e-10)

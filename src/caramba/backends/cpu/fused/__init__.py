@@ -105,12 +105,15 @@ def _load(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: 
     return fn, (Native(source, arrays) if native else None)
 
 
-def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint]) -> Any:
+def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hints: list[Hint],
+              parts: int | None = None) -> Any:
     """The callable for ``kernel``; a split kernel is run in row blocks on the cpu workers:
-    the native helpers where they run (C-contiguous arrays), else the Python ones."""
+    the native helpers where they run (C-contiguous arrays), else the Python ones. ``parts``:
+    how many blocks (default: one per worker). When another split call holds the helpers, the
+    same blocks run here in turn, so a kernel that sums per block gives the same bits."""
     from caramba.backends.cpu import workers
 
-    ranges = workers.blocks(kernel.split, workers.count()) if kernel.split else []
+    ranges = workers.blocks(kernel.split, parts or workers.count()) if kernel.split else []
     pool = workers.native_pool(len(ranges)) if len(ranges) > 1 else None
     fn, native = _load(kernel, in_types, out_types, hints, pool is not None)
     if not ranges:
@@ -122,13 +125,16 @@ def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hin
     if native is None:
         return lambda *arrays: run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
     split, block, table, run_native = native.split, native.block, np.array(ranges, np.int64), workers.run_native_call
-    whole = (ranges[0][0], ranges[-1][1])
+
+    def in_turn(arrays):
+        for lo, hi in ranges:
+            fn(*arrays, lo, hi)
 
     def split_call(*arrays):
         for a in arrays:
             if not a.flags.c_contiguous:  # the native blocks take C-contiguous arrays only
                 return run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
-        return run_native(lambda: split(*arrays, pool.boxes, table, block, pool.ctl), lambda: fn(*arrays, *whole))
+        return run_native(lambda: split(*arrays, pool.boxes, table, block, pool.ctl), lambda: in_turn(arrays))
 
     return split_call
 

@@ -2,15 +2,19 @@
 present; compiled at first call, cached on disk by ``jitcache.py``).
 
 ``softmax_rows_scaled(s, scale, offset, causal)`` turns the raw scores ``s`` ([n, tq, tk],
-C-contiguous, float64 or float32) into attention probabilities in place: each row ``i`` is
-``softmax(scale * s[i, :lim])`` with ``lim = i + offset + 1`` under a causal mask (``tk`` without),
-and zeros past ``lim``. For ``scale > 0`` the scale is applied inside the exp pass (the row's
-maximum of the scaled scores is ``scale`` times the maximum of the raw ones: rounding is
-monotonic), so the values are those of scaling first. Masked entries are never exponentiated, so a causal row costs half a
-full one. The arithmetic is the row softmax of ``fused/rows.py`` (max subtracted, NumPy's
-pairwise sum over the row, one reciprocal): float64 through ``exp_fast``; float32 in float32
-through ``exp_f32`` (within 1 ulp of expf, full SIMD width), its sum accumulated the same way.
-A row whose kept scores are all -inf or hold a NaN gives NaN, as the unfused graph does.
+C-contiguous, float64 or float32) into attention probabilities in place (``scores_to_probs_*``
+per [tq, tk] slice, also called by the native kernels of ``_attention_native.py``): each row
+``i`` is ``softmax(scale * s[i])`` over its first ``lim = i + offset + 1`` entries under a
+causal mask (``tk`` without), the entries past ``lim`` zero, as the unfused graph's
+``where(mask, s, -inf)`` gives them. For ``scale > 0`` the scale is applied inside the exp pass
+(the row's maximum of the scaled scores is ``scale`` times the maximum of the raw ones:
+rounding is monotonic), so the values are those of scaling first. The exp pass runs over the
+whole row and selects zeros past ``lim`` (a fixed trip count: LLVM vectorizes it; a masked
+score never reaches the result, NaN included). The arithmetic is the row softmax of
+``fused/rows.py`` (max subtracted, NumPy's pairwise sum over the row, masked zeros included,
+one reciprocal): float64 through ``exp_fast``; float32 in float32 through ``exp_f32`` (within
+1 ulp of expf, full SIMD width), its sum accumulated the same way. A row whose kept scores are
+all -inf or hold a NaN gives NaN, as the unfused graph does.
 """
 
 from __future__ import annotations
@@ -22,61 +26,95 @@ jitcache.setup()  # before any cached function below is defined
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from caramba.backends.cpu.fused.rows_runtime import row_max, row_sum  # noqa: E402
+from caramba.backends.cpu.fused.rows_runtime import row_max  # noqa: E402
+from caramba.backends.cpu.fused.rows_simd import lanes8  # noqa: E402
 from caramba.backends.cpu.fused.runtime import exp_f32, exp_fast  # noqa: E402
 
 _OPTS = dict(cache=True, nogil=True, error_model="numpy")
 
 
+@njit(inline="always", **_OPTS)
+def _lane_sum(row, n, zero):
+    """``row_sum(row, 0, n, zero)`` (C-contiguous row), each block's eight lanes one vector
+    (``rows_simd.lanes8``): the same bits."""
+    acc = zero
+    for b0 in range(0, n, 128):
+        bn = min(n - b0, 128)
+        bm = bn // 8
+        bs = zero
+        if bm:
+            r0, r1, r2, r3, r4, r5, r6, r7 = lanes8(row, b0, bm)
+            bs = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(b0 + 8 * bm, b0 + bn):
+            bs += row[i]
+        acc += bs
+    return acc
+
+
+@njit(inline="always", **_OPTS)
+def scores_to_probs_f64(s, scale, offset, causal):
+    """One slice ``s`` [tq, tk] (C-contiguous) in place, float64 (module doc)."""
+    tq, tk = s.shape
+    zero = -0.0
+    for i in range(tq):
+        row = s[i]
+        lim = min(i + offset + 1, tk) if causal else tk
+        lim = max(lim, 0)
+        if scale > 0.0:  # max(scale * s) == scale * max(s): rounding is monotonic
+            m = row_max(row, 0, lim, -np.inf) * scale
+            for j in range(tk):  # the whole row (a fixed trip count vectorizes); masked -> 0
+                e = exp_fast(row[j] * scale - m)
+                row[j] = e if j < lim else 0.0
+        else:
+            for j in range(tk):
+                row[j] = row[j] * scale
+            m = row_max(row, 0, lim, -np.inf)
+            for j in range(tk):
+                e = exp_fast(row[j] - m)
+                row[j] = e if j < lim else 0.0
+        r = 1.0 / _lane_sum(row, tk, zero)
+        for j in range(tk):
+            row[j] = row[j] * r
+
+
+@njit(inline="always", **_OPTS)
+def scores_to_probs_f32(s, scale, offset, causal):
+    """One slice ``s`` [tq, tk] (C-contiguous) in place, float32 (module doc)."""
+    tq, tk = s.shape
+    zero = np.float32(-0.0)
+    sc = np.float32(scale)
+    nil = np.float32(0.0)
+    for i in range(tq):
+        row = s[i]
+        lim = min(i + offset + 1, tk) if causal else tk
+        lim = max(lim, 0)
+        if sc > nil:
+            m = row_max(row, 0, lim, np.float32(-np.inf)) * sc
+            for j in range(tk):
+                e = exp_f32(row[j] * sc - m)
+                row[j] = e if j < lim else nil
+        else:
+            for j in range(tk):
+                row[j] = row[j] * sc
+            m = row_max(row, 0, lim, np.float32(-np.inf))
+            for j in range(tk):
+                e = exp_f32(row[j] - m)
+                row[j] = e if j < lim else nil
+        r = np.float32(1.0) / _lane_sum(row, tk, zero)
+        for j in range(tk):
+            row[j] = row[j] * r
+
+
 @njit(**_OPTS)
 def softmax_rows_scaled_f64(s, scale, offset, causal):
-    n, tq, tk = s.shape
-    zero = -0.0
-    for b in range(n):
-        for i in range(tq):
-            row = s[b, i]
-            lim = min(i + offset + 1, tk) if causal else tk
-            if scale > 0.0:  # max(scale * s) == scale * max(s): rounding is monotonic
-                m = row_max(row, 0, lim, -np.inf) * scale
-                for j in range(lim):
-                    row[j] = exp_fast(row[j] * scale - m)
-            else:
-                for j in range(lim):
-                    row[j] = row[j] * scale
-                m = row_max(row, 0, lim, -np.inf)
-                for j in range(lim):
-                    row[j] = exp_fast(row[j] - m)
-            r = 1.0 / row_sum(row, 0, lim, zero)
-            for j in range(lim):
-                row[j] = row[j] * r
-            for j in range(lim, tk):
-                row[j] = 0.0
+    for b in range(s.shape[0]):
+        scores_to_probs_f64(s[b], scale, offset, causal)
 
 
 @njit(**_OPTS)
 def softmax_rows_scaled_f32(s, scale, offset, causal):
-    n, tq, tk = s.shape
-    zero = np.float32(-0.0)
-    sc = np.float32(scale)
-    for b in range(n):
-        for i in range(tq):
-            row = s[b, i]
-            lim = min(i + offset + 1, tk) if causal else tk
-            if sc > np.float32(0.0):
-                m = row_max(row, 0, lim, np.float32(-np.inf)) * sc
-                for j in range(lim):
-                    row[j] = exp_f32(row[j] * sc - m)
-            else:
-                for j in range(lim):
-                    row[j] = row[j] * sc
-                m = row_max(row, 0, lim, np.float32(-np.inf))
-                for j in range(lim):
-                    row[j] = exp_f32(row[j] - m)
-            r = np.float32(1.0) / row_sum(row, 0, lim, zero)
-            for j in range(lim):
-                row[j] = row[j] * r
-            for j in range(lim, tk):
-                row[j] = np.float32(0.0)
+    for b in range(s.shape[0]):
+        scores_to_probs_f32(s[b], scale, offset, causal)
 
 
 def softmax_rows_scaled(s: np.ndarray, scale: float, offset: int, causal: bool) -> None:

@@ -76,6 +76,14 @@ def _fused_sdpa(q_t, k_t, v_t, scale: float, causal: bool):
     n = math.prod(batch)
     dt = q_t.dtype.numpy
     out_shape = (*batch, tq, dv)
+    native = _native(batch, tq, tk, d, dv, dt, scale, causal)
+    if native is not None:
+        def native_sdpa(q, k, v):
+            out = np.empty(out_shape, dt)
+            native(q, k, v, out, None)
+            return out
+
+        return native_sdpa
     chunk = max(1, min(n, BLOCK_SCORES // max(1, tq * tk)))
     flops = 2.0 * n * tq * tk * (d + dv)
     parts = workers.count() if flops >= SPLIT_FLOPS else 1
@@ -129,6 +137,14 @@ def _attention_probs(node, ins):
     from caramba.backends.cpu.blas import one_thread
     from caramba.backends.cpu.kernels._attention_loops import softmax_rows_scaled
 
+    native = _native(batch, tq, tk, d, None, dt, scale, causal)
+    if native is not None:
+        def native_probs(q, k):
+            out = np.empty((*batch, tq, tk), dt)
+            native(q, k, None, None, out)
+            return out
+
+        return native_probs
     parts = workers.count() if 2.0 * n * tq * tk * d >= SPLIT_FLOPS else 1
     ranges = workers.blocks(n, parts) if n else [(0, 0)]
     chunk = max(1, min(n, BLOCK_SCORES // max(1, tq * tk)))
@@ -157,6 +173,19 @@ def _sdpa_probs(node, ins):
     """(sdpa(q, k, v), its probabilities) of a training graph (``compiler/fuse.py``): the
     probabilities by ``fused.attention_probs``'s kernel, kept as the second output, then
     ``p @ v`` on BLAS."""
+    q_t, k_t, v_t = ins
+    batch, (tq, d), tk, dv = q_t.shape[:-2], q_t.shape[-2:], k_t.shape[-2], v_t.shape[-1]
+    dt = q_t.dtype.numpy
+    native = None
+    if q_t.shape[:-2] == k_t.shape[:-2] == v_t.shape[:-2]:
+        native = _native(batch, tq, tk, d, dv, dt, float(node.attrs["scale"]), bool(node.attrs["causal"]))
+    if native is not None:
+        def native_sdpa_probs(q, k, v):
+            out, p = np.empty((*batch, tq, dv), dt), np.empty((*batch, tq, tk), dt)
+            native(q, k, v, out, p)
+            return out, p
+
+        return native_sdpa_probs
     probs = _attention_probs(node, list(ins[:2]))
     matmul = np.matmul
 
@@ -165,6 +194,18 @@ def _sdpa_probs(node, ins):
         return matmul(p, v), p
 
     return sdpa_probs
+
+
+def _native(batch, tq, tk, d, dv, dt, scale: float, causal: bool):
+    """The native fused forward (``_attention_native.runner``), or None where Numba, the native
+    helpers or an ILP64 ``cblas_?gemm64_`` are missing (the NumPy paths here then run)."""
+    from caramba.backends.cpu import fused
+
+    if np.dtype(dt) not in (np.float32, np.float64) or not fused.available():
+        return None
+    from caramba.backends.cpu.kernels import _attention_native
+
+    return _attention_native.runner(tuple(batch), tq, tk, d, dv, np.dtype(dt), scale, causal)
 
 
 def _softmax_rows(q_t, k_t):
