@@ -18,7 +18,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -246,7 +246,7 @@ def run_workloads(
                 impls: list[tuple[str, ImplFactory]] = []
                 for peer in w.peers:
                     if wanted_peers is None or peer in wanted_peers:
-                        impls.append((peer, lambda c, i, w=w, p=peer: getattr(w, p)(c, i)))
+                        impls.append((peer, lambda c, i, w=w, p=peer: _peer(p, getattr(w, p)(c, i))))
                 for spec in backends:
                     if spec not in runners:
                         runners[spec] = new(spec)
@@ -258,6 +258,28 @@ def run_workloads(
         for r in runners.values():
             r.close()
     return results
+
+
+def _peer(name: str, prep: Prepared) -> Prepared:
+    """A peer's implementation as it runs on its own: NumPy's with OpenBLAS at the thread count
+    the process chose. It shares the process with caramba's cpu runner, which leaves OpenBLAS
+    at one thread after its small products (``backends/cpu/blas.py``): NumPy's products would
+    run single-threaded and understate NumPy."""
+    if name != "numpy":
+        return prep
+    inner = prep.context
+
+    @contextlib.contextmanager
+    def blas_threads():
+        from threadpoolctl import threadpool_limits
+
+        from caramba.backends.cpu.blas import chosen_threads
+
+        n = chosen_threads()
+        with (threadpool_limits(limits=n, user_api="blas") if n else contextlib.nullcontext()), inner():
+            yield
+
+    return replace(prep, context=blas_threads)
 
 
 def _run_case(w: Workload, case: Case, impls: list[tuple[str, ImplFactory]], inputs, ref,

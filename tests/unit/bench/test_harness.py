@@ -250,3 +250,27 @@ def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget()
 
     (res,) = _run_case(w, case, [("slow", slow)], inputs, w.reference(case, inputs), FAST)
     assert res.status == "ok" and res.samples == 3 and len(calls) == 2 + 2  # warm-up + 2 timed calls
+
+
+def test_numpy_peer_runs_with_the_blas_threads_the_process_chose():
+    """caramba's cpu runner leaves OpenBLAS at one thread after its small products; NumPy's
+    peer is timed with the process's own count, not with what caramba left behind (other
+    peers are left as they are)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from benchmarks.harness import _peer
+    from caramba.backends.cpu.blas import chosen_threads
+
+    chosen = chosen_threads()
+    if chosen is None or chosen < 2:
+        pytest.skip("BLAS is not an OpenBLAS with several threads here")
+
+    def blas_threads():
+        return max(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+
+    prep = Prepared(lambda: blas_threads())
+    assert _peer("torch", prep) is prep
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):  # as the cpu runner leaves it
+        assert blas_threads() == 1
+        with _peer("numpy", prep).context():
+            assert prep.run() == chosen
+        assert blas_threads() == 1  # restored afterwards
