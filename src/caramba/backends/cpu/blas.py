@@ -237,4 +237,55 @@ def matmul_for(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
         use(small)
         return matmul(x, w, out)
 
-    return policed_matmul
+    batched = _native_batched(a, b, out, dtype, policed_matmul)
+    return batched if batched is not None else policed_matmul
+
+
+def _native_batched(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...], dtype: DType | None,
+                    fallback: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``f(x, w[, o])`` for a batched product of two stacks of matrices of one batch shape (the
+    attention products of a training step: [B, H, T, T] @ [B, H, T, D] and their transposes):
+    one single-thread BLAS call per matrix from compiled code, the matrices split over the native
+    helpers, each read in place through its strides (``native.bgemm_args``; ``fallback`` where
+    BLAS cannot read them). None where it does not apply: a product under ``BLOCK_FLOPS``, a
+    broadcast batch, not float, no native helpers or no ILP64 ``cblas_?gemm64_``."""
+    from caramba.backends.cpu import workers
+
+    if (dtype is not None and not dtype.is_float) or len(a) < 3 or len(b) != len(a) or a[:-2] != b[:-2]:
+        return None
+    n = 1
+    for d in a[:-2]:
+        n *= d
+    parts = min(workers.count(), n)
+    gemm = cblas_gemm()
+    if parts < 2 or gemm is None or matmul_flops(a, out) < BLOCK_FLOPS or 0 in out:
+        return None
+    pool = workers.native_pool(parts)
+    if pool is None:
+        return None
+    from caramba.backends.cpu import native
+
+    lead = (n // a[-3], a[-3])
+    ranges = workers.blocks(n, parts)
+    table, block = np.array(ranges, np.int64), native.bgemm_block.address
+
+    def in_turn(args: np.ndarray) -> None:
+        for lo, hi in ranges:
+            native.bgemm_run(args, lo, hi)
+
+    def batched_matmul(x, w, o=None):
+        if x.dtype != w.dtype:
+            return fallback(x, w, o)
+        target = o if o is not None and o.flags.c_contiguous else np.empty(out, x.dtype)
+        args = np.zeros(native.B_WORDS, np.int64)
+        x4, w4 = x.reshape(*lead, *x.shape[-2:]), w.reshape(*lead, *w.shape[-2:])  # views where they can be
+        if not native.bgemm_args(x4, w4, target, gemm[1] if x.dtype == np.float32 else gemm[0], args):
+            return fallback(x, w, o)
+        one_thread()
+        workers.run_native_call(lambda: native.run_now(pool.boxes, table, block, args, pool.ctl), lambda: in_turn(args))
+        if o is not None and target is not o:
+            o[...] = target
+            return o
+        return target
+
+    return batched_matmul

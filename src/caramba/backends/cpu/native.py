@@ -256,6 +256,8 @@ def __getattr__(name: str) -> Any:
     cache) on first use rather than at import: a ``cfunc`` compiles when it is defined."""
     if name == "gemm_block":
         return _compiled_gemm_block()
+    if name == "bgemm_block":
+        return _compiled_bgemm_block()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -288,6 +290,72 @@ def gemm_split(x, w, o, gemm, epi, epi_args, boxes, ranges, block, ctl):
     a[G_EPI] = epi
     a[G_EPI_ARGS] = epi_args.ctypes.data
     run_blocks(boxes, ranges, block, a.ctypes.data, ctl)
+    return True
+
+
+# ---- batched products: one single-thread BLAS call per matrix, matrices split over the helpers
+
+# words of a batched product's argument block (strides in elements; batch = [B0, B1])
+(B_FN, B_F32, B_N1, B_A, B_AS0, B_AS1, B_LDA, B_TA, B_B, B_BS0, B_BS1, B_LDB, B_TB, B_C, B_M, B_N, B_K,
+ B_WORDS) = range(18)
+
+
+@njit(nogil=True, cache=True)
+def bgemm_run(a, lo, hi):
+    """Matrices lo..hi of C[b] = A[b] @ B[b] (C C-contiguous [batch, M, N]) on this thread: the
+    helpers' block, and a busy pool's blocks run in turn."""
+    size = 4 if a[B_F32] else 8
+    m, n, k, n1 = a[B_M], a[B_N], a[B_K], a[B_N1]
+    ta = TRANS if a[B_TA] else NO_TRANS
+    tb = TRANS if a[B_TB] else NO_TRANS
+    for b in range(lo, hi):
+        b0 = b // n1
+        b1 = b - b0 * n1
+        pa = a[B_A] + (b0 * a[B_AS0] + b1 * a[B_AS1]) * size
+        pb = a[B_B] + (b0 * a[B_BS0] + b1 * a[B_BS1]) * size
+        pc = a[B_C] + b * m * n * size
+        if a[B_F32]:
+            _sgemm(a[B_FN], ROW_MAJOR, ta, tb, m, n, k, 1.0, pa, a[B_LDA], pb, a[B_LDB], 0.0, pc, n)
+        else:
+            _dgemm(a[B_FN], ROW_MAJOR, ta, tb, m, n, k, 1.0, pa, a[B_LDA], pb, a[B_LDB], 0.0, pc, n)
+
+
+def _bgemm_block(a, lo, hi):
+    bgemm_run(a, lo, hi)
+
+
+@functools.cache
+def _compiled_bgemm_block() -> Any:
+    return cfunc(BLOCK_SIG, cache=True)(_bgemm_block)
+
+
+@njit(cache=True)
+def _operand4(x, a, at, s0, s1, ld, trans):
+    """Address, batch strides, leading dimension and transposition of a [B0, B1, r, c] operand
+    whose matrices BLAS can read in place; False if their strides are not a BLAS layout."""
+    size = x.itemsize
+    r0, r1 = x.strides[2], x.strides[3]
+    for st in x.strides:
+        if st % size:
+            return False
+    if r1 == size and r0 >= max(1, x.shape[3]) * size:
+        a[ld], a[trans] = r0 // size, 0
+    elif r0 == size and r1 >= max(1, x.shape[2]) * size:
+        a[ld], a[trans] = r1 // size, 1
+    else:
+        return False
+    a[at], a[s0], a[s1] = x.ctypes.data, x.strides[0] // size, x.strides[1] // size
+    return True
+
+
+@njit(nogil=True, cache=True)
+def bgemm_args(x, w, o, gemm, a):
+    """Fill ``a`` (``B_WORDS``) for o[b] = x[b] @ w[b] (4-D x, w of one batch shape; o C-contiguous
+    [batch, M, N]); False, with ``a`` unusable, when a matrix has strides BLAS cannot take."""
+    if not (_operand4(x, a, B_A, B_AS0, B_AS1, B_LDA, B_TA) and _operand4(w, a, B_B, B_BS0, B_BS1, B_LDB, B_TB)):
+        return False
+    a[B_FN], a[B_F32], a[B_N1] = gemm, x.itemsize == 4, x.shape[1]
+    a[B_C], a[B_M], a[B_N], a[B_K] = o.ctypes.data, x.shape[2], w.shape[3], x.shape[3]
     return True
 
 
