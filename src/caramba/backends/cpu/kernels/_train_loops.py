@@ -1,7 +1,8 @@
 """Numba loops for the optimizer updates in ``train.py`` (imported only when Numba is present).
 
 Each loop applies an update rule of ``caramba.ops.train`` in one pass over flattened float64
-arrays (inputs, then outputs, then the scalars of the element function); compiled code is
+arrays (inputs, then outputs, then the scalars of the element function); the ``<rule>_f32``
+loops do the same over float32 arrays in float32 operations (see below); compiled code is
 cached on disk (``jitcache.py``). Nothing compiles at import: a loop compiles at its first call
 and a ``<rule>_block`` C function when it is first asked for (module ``__getattr__``), so a
 graph that uses one optimizer compiles that one only.
@@ -19,7 +20,7 @@ jitcache.setup()  # before any cached function below is defined
 
 from numba import carray, cfunc, literal_unroll, njit  # noqa: E402
 
-from caramba.backends.cpu.native import BLOCK_SIG, ptr_float64, run_blocks  # noqa: E402
+from caramba.backends.cpu.native import BLOCK_SIG, ptr_float32, ptr_float64, run_blocks  # noqa: E402
 from caramba.ops import train as t  # noqa: E402
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")  # IEEE division (inf/nan), so loops vectorize
@@ -60,27 +61,6 @@ def sgd(p, g, buf, p_out, buf_out, lr, gs, momentum, dampening, nesterov, wd):
 
 
 @njit(**JIT)
-def sgd_f32(p, g, buf, p_out, buf_out, lr, gs, momentum, one_minus_dampening, nesterov, wd, use_wd, use_momentum):
-    """``sgd_elem`` on float32 arrays with every scalar already float32: each operation is the one
-    NumPy performs on float32 arrays with Python-float scalars (the scalar rounded to float32,
-    the operation in float32; ``1 - dampening`` computed in float64 first, as Python does), so
-    the bits equal the NumPy path's (tests/unit/backends/cpu/test_train_chunked.py). The
-    generic loop cannot be used for float32: Numba would keep ``1.0 - dampening`` in float64."""
-    for i in range(p.size):
-        gi = g[i] * gs
-        if use_wd:
-            gi = gi + wd * p[i]
-        if use_momentum:
-            b = momentum * buf[i] + one_minus_dampening * gi
-            d = gi + momentum * b if nesterov else b
-            buf_out[i] = b
-        else:
-            d = gi
-            buf_out[i] = buf[i]
-        p_out[i] = p[i] - lr * d
-
-
-@njit(**JIT)
 def adam(p, g, m, v, p_out, m_out, v_out, lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2):
     for i in range(p.size):
         p_out[i], m_out[i], v_out[i] = _adam(p[i], g[i], m[i], v[i], lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2)
@@ -114,6 +94,144 @@ def lion(p, g, m, p_out, m_out, lr, gs, b1, b2, wd):
 def lamb_dir(p, g, m, v, r_out, m_out, v_out, gs, b1, b2, eps, wd, c1, c2):
     for i in range(p.size):
         r_out[i], m_out[i], v_out[i] = _lamb_dir(p[i], g[i], m[i], v[i], gs, b1, b2, eps, wd, c1, c2)
+
+
+# ---- float32 loops ---------------------------------------------------------------------------
+#
+# NumPy evaluates a rule on float32 arrays with Python-float scalars in float32: each scalar is
+# rounded to float32 where it meets an array (NEP 50: Python floats are "weak"), and a
+# subexpression of scalars alone (``1.0 - b1``, ``1.0 - lr * wd``) is computed by Python in
+# float64 first. The ``<rule>_f32`` loops take those scalars already rounded, in one float32
+# array ``s`` (``train._f32_scalars``; a flag is 0 or 1), and perform the rule's float32
+# operations in its order, so their bits equal the NumPy path's
+# (tests/unit/backends/cpu/test_train_f32.py). The generic loops above cannot be used for
+# float32: Numba would keep the scalars in float64 and round once at the end. One array of
+# scalars instead of a dozen NumPy scalars keeps a call cheap (Numba's dispatcher types a NumPy
+# scalar argument slowly: 10 us a call with 12 of them, 1 us with arrays only).
+
+
+@njit(inline="always", error_model="numpy")
+def _max32(x, y):  # np.maximum: the first operand when it is NaN, else the second when that is
+    return x if x >= y or x != x else y
+
+
+@njit(inline="always", error_model="numpy")
+def _sign32(x):  # np.sign of a float: +-1, 0 for either zero (+0.0), NaN for NaN
+    if x > 0:
+        return np.float32(1.0)
+    if x < 0:
+        return np.float32(-1.0)
+    return x if x != x else np.float32(0.0)
+
+
+@njit(**JIT)
+def sgd_f32(p, g, buf, p_out, buf_out, s):
+    """s: lr, gs, momentum, 1 - dampening, nesterov, wd, wd != 0, momentum != 0."""
+    lr, gs, momentum, one_minus_dampening, wd = s[0], s[1], s[2], s[3], s[5]
+    nesterov, use_wd, use_momentum = s[4] != 0, s[6] != 0, s[7] != 0
+    for i in range(p.size):
+        gi = g[i] * gs
+        if use_wd:
+            gi = gi + wd * p[i]
+        if use_momentum:
+            b = momentum * buf[i] + one_minus_dampening * gi
+            d = gi + momentum * b if nesterov else b
+            buf_out[i] = b
+        else:
+            d = gi
+            buf_out[i] = buf[i]
+        p_out[i] = p[i] - lr * d
+
+
+@njit(**JIT)
+def adam_f32(p, g, m, v, p_out, m_out, v_out, s):
+    """s: gs, wd, b1, 1 - b1, b2, 1 - b2, 1 - lr*wd (AdamW's decay), step_size, sqrt_c2, eps,
+    coupled (wd*p added to the gradient: Adam with weight decay), decoupled (AdamW)."""
+    gs, wd, b1, one_minus_b1, b2, one_minus_b2 = s[0], s[1], s[2], s[3], s[4], s[5]
+    decay, step_size, sqrt_c2, eps = s[6], s[7], s[8], s[9]
+    coupled, decoupled = s[10] != 0, s[11] != 0
+    for i in range(p.size):
+        gi = g[i] * gs
+        if coupled:
+            gi = gi + wd * p[i]
+        mi = b1 * m[i] + one_minus_b1 * gi
+        vi = b2 * v[i] + one_minus_b2 * gi * gi
+        pi = p[i] * decay if decoupled else p[i]
+        p_out[i] = pi - step_size * (mi / (np.sqrt(vi) / sqrt_c2 + eps))
+        m_out[i] = mi
+        v_out[i] = vi
+
+
+@njit(**JIT)
+def adamax_f32(p, g, m, u, p_out, m_out, u_out, s):
+    """s: gs, wd, b1, 1 - b1, b2, eps, step_size, wd != 0."""
+    gs, wd, b1, one_minus_b1, b2, eps, step_size = s[0], s[1], s[2], s[3], s[4], s[5], s[6]
+    use_wd = s[7] != 0
+    for i in range(p.size):
+        gi = g[i] * gs
+        if use_wd:
+            gi = gi + wd * p[i]
+        mi = b1 * m[i] + one_minus_b1 * gi
+        ui = _max32(b2 * u[i], abs(gi) + eps)
+        p_out[i] = p[i] - step_size * (mi / ui)
+        m_out[i] = mi
+        u_out[i] = ui
+
+
+@njit(**JIT)
+def rmsprop_f32(p, g, v, buf, p_out, v_out, buf_out, s):
+    """s: lr, gs, wd, alpha, 1 - alpha, eps, momentum, wd != 0, momentum != 0."""
+    lr, gs, wd, alpha, one_minus_alpha, eps, momentum = s[0], s[1], s[2], s[3], s[4], s[5], s[6]
+    use_wd, use_momentum = s[7] != 0, s[8] != 0
+    for i in range(p.size):
+        gi = g[i] * gs
+        if use_wd:
+            gi = gi + wd * p[i]
+        vi = alpha * v[i] + one_minus_alpha * gi * gi
+        d = gi / (np.sqrt(vi) + eps)
+        if use_momentum:
+            d = momentum * buf[i] + d
+        buf_out[i] = d if use_momentum else buf[i]
+        p_out[i] = p[i] - lr * d
+        v_out[i] = vi
+
+
+@njit(**JIT)
+def adagrad_f32(p, g, acc, p_out, acc_out, s):
+    """s: lr, gs, wd, eps, wd != 0."""
+    lr, gs, wd, eps = s[0], s[1], s[2], s[3]
+    use_wd = s[4] != 0
+    for i in range(p.size):
+        gi = g[i] * gs
+        if use_wd:
+            gi = gi + wd * p[i]
+        ai = acc[i] + gi * gi
+        p_out[i] = p[i] - lr * (gi / (np.sqrt(ai) + eps))
+        acc_out[i] = ai
+
+
+@njit(**JIT)
+def lion_f32(p, g, m, p_out, m_out, s):
+    """s: lr, gs, b1, 1 - b1, b2, 1 - b2, 1 - lr*wd."""
+    lr, gs, b1, one_minus_b1, b2, one_minus_b2, decay = s[0], s[1], s[2], s[3], s[4], s[5], s[6]
+    for i in range(p.size):
+        gi = g[i] * gs
+        c = b1 * m[i] + one_minus_b1 * gi
+        p_out[i] = p[i] * decay - lr * _sign32(c)
+        m_out[i] = b2 * m[i] + one_minus_b2 * gi
+
+
+@njit(**JIT)
+def lamb_dir_f32(p, g, m, v, r_out, m_out, v_out, s):
+    """s: gs, b1, 1 - b1, b2, 1 - b2, eps, wd, c1, c2."""
+    gs, b1, one_minus_b1, b2, one_minus_b2, eps, wd, c1, c2 = s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]
+    for i in range(p.size):
+        gi = g[i] * gs
+        mi = b1 * m[i] + one_minus_b1 * gi
+        vi = b2 * v[i] + one_minus_b2 * gi * gi
+        r_out[i] = (mi / c1) / (np.sqrt(vi / c2) + eps) + wd * p[i]
+        m_out[i] = mi
+        v_out[i] = vi
 
 
 # ---- the same loops on the cpu backend's native helpers (backends/cpu/native.py) ------------
@@ -175,7 +293,53 @@ def _lamb_dir_block(a, lo, hi):
              _v(a, 5, lo, hi), _v(a, 6, lo, hi), s[0], s[1], s[2], s[3], s[4], s[5], s[6])
 
 
-BLOCKS = ("sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb_dir")
+@njit(inline="always", error_model="numpy")
+def _v32(a, i, lo, hi):
+    return carray(ptr_float32(a[1 + i]), (a[0],))[lo:hi]
+
+
+@njit(inline="always", error_model="numpy")
+def _s32(a, arrays, count):
+    return carray(ptr_float32(a[1 + arrays]), (count,))
+
+
+def _sgd_f32_block(a, lo, hi):
+    sgd_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+            _s32(a, 5, 8))
+
+
+def _adam_f32_block(a, lo, hi):
+    adam_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+             _v32(a, 5, lo, hi), _v32(a, 6, lo, hi), _s32(a, 7, 12))
+
+
+def _adamax_f32_block(a, lo, hi):
+    adamax_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+               _v32(a, 5, lo, hi), _v32(a, 6, lo, hi), _s32(a, 7, 8))
+
+
+def _rmsprop_f32_block(a, lo, hi):
+    rmsprop_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+                _v32(a, 5, lo, hi), _v32(a, 6, lo, hi), _s32(a, 7, 9))
+
+
+def _adagrad_f32_block(a, lo, hi):
+    adagrad_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+                _s32(a, 5, 5))
+
+
+def _lion_f32_block(a, lo, hi):
+    lion_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+             _s32(a, 5, 7))
+
+
+def _lamb_dir_f32_block(a, lo, hi):
+    lamb_dir_f32(_v32(a, 0, lo, hi), _v32(a, 1, lo, hi), _v32(a, 2, lo, hi), _v32(a, 3, lo, hi), _v32(a, 4, lo, hi),
+                 _v32(a, 5, lo, hi), _v32(a, 6, lo, hi), _s32(a, 7, 9))
+
+
+BLOCKS = ("sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb_dir",
+          "sgd_f32", "adam_f32", "adamax_f32", "rmsprop_f32", "adagrad_f32", "lion_f32", "lamb_dir_f32")
 
 
 @functools.cache
@@ -194,7 +358,8 @@ def __getattr__(name: str):
 
 @njit(nogil=True, cache=True)
 def split(arrays, scalars, boxes, ranges, fn, ctl):
-    """Run the rule whose block is at ``fn`` over ``arrays`` (flat float64, C-contiguous)."""
+    """Run the rule whose block is at ``fn`` over ``arrays`` (flat, C-contiguous; float64 with
+    float64 ``scalars``, or float32 with float32 ``scalars`` for a ``<rule>_f32`` block)."""
     a = np.empty(len(arrays) + 2, np.int64)
     a[0] = arrays[0].size
     i = 1

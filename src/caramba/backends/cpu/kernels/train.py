@@ -2,10 +2,10 @@
 checkpoint writer.
 
 Optimizer updates run as one Numba loop over the parameter when Numba is installed (one pass
-over memory instead of a dozen; large parameters in blocks on the cpu workers, outputs in
-arrays of earlier runs nobody holds any more: ``compute/spare.py``), else as NumPy
-expressions. Both evaluate the same IEEE operations in the same order (no contraction to FMA),
-so they give bit-identical results.
+over memory instead of a dozen; float32 in float32 operations; large parameters in blocks on
+the cpu workers, outputs in arrays of earlier runs nobody holds any more:
+``compute/spare.py``), else as NumPy expressions. Both evaluate the same IEEE operations in
+the same order (no contraction to FMA), so they give bit-identical results.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ from caramba.ops.train import (
 
 LABELED = FLOAT | {DType.int64, DType.int32}  # float logits with integer labels
 STEPPED = FLOAT | {DType.int64}  # float tensors with the int64 step counter
-LOOP_MIN = 512  # elements below which a few NumPy calls cost less than a Numba dispatch
+# Elements below which plain SGD (no momentum: two to five NumPy passes, ~2.7 us at 64 elements)
+# runs as NumPy; every other update runs its loop at every size (~3.5 us a call at 64 elements
+# against NumPy's 4-8 us: Adam is a dozen passes).
+LOOP_MIN = 512
 LOOP_SPLIT = 1 << 15  # elements from which an update is split over the cpu workers
+SPARE_MIN = 1 << 12  # elements below which outputs are fresh arrays (no page faults to save)
 SPARE_KEEP = 8  # outputs an update kernel remembers for reuse: two runs' worth (up to 3 each)
 
 
@@ -218,9 +222,10 @@ def _perplexity(node, ins):
 # ---- optimizer updates --------------------------------------------------------------------
 #
 # Each update rule is written once, per element, beside its op (``caramba.ops.train``, the
-# ``*_elem`` functions). Large parameters run it as one Numba loop (``_train_loops``); small ones,
-# and every parameter when Numba is missing, run the same expression on whole arrays. Both
-# perform the same IEEE operations in the same order, so they agree bit for bit.
+# ``*_elem`` functions). Parameters run it as one Numba loop (``_train_loops``; float32 ones as
+# a loop written out in float32 operations, ``<rule>_f32``); plain SGD on small parameters, and
+# every parameter when Numba is missing, runs the same expression on whole arrays. Both perform
+# the same IEEE operations in the same order, so they agree bit for bit.
 
 
 _LOOPS: list = []
@@ -236,61 +241,86 @@ def _loops():
     return _LOOPS[0]
 
 
+def _f32_scalars(name: str, scalars: tuple) -> np.ndarray:
+    """The scalar array of ``name``'s float32 loop (``_train_loops.<name>_f32``) from the element
+    rule's Python scalars: each rounded to float32 as NumPy rounds a Python float where it meets
+    a float32 array, a subexpression of scalars alone (``1.0 - b1``, ``1.0 - lr * wd``) computed
+    in float64 first as Python does; 0/1 flags for the rule's branches."""
+    if name == "sgd":
+        lr, gs, momentum, dampening, nesterov, wd = scalars
+        s = (lr, gs, momentum, 1.0 - dampening, nesterov, wd, wd != 0.0, momentum != 0.0)
+    elif name == "adam":
+        lr, gs, b1, b2, eps, wd, decoupled, step_size, sqrt_c2 = scalars
+        s = (gs, wd, b1, 1.0 - b1, b2, 1.0 - b2, 1.0 - lr * wd, step_size, sqrt_c2, eps,
+             wd != 0.0 and not decoupled, decoupled)
+    elif name == "adamax":
+        gs, b1, b2, eps, wd, step_size = scalars
+        s = (gs, wd, b1, 1.0 - b1, b2, eps, step_size, wd != 0.0)
+    elif name == "rmsprop":
+        lr, gs, alpha, eps, momentum, wd = scalars
+        s = (lr, gs, wd, alpha, 1.0 - alpha, eps, momentum, wd != 0.0, momentum != 0.0)
+    elif name == "adagrad":
+        lr, gs, eps, wd = scalars
+        s = (lr, gs, wd, eps, wd != 0.0)
+    elif name == "lion":
+        lr, gs, b1, b2, wd = scalars
+        s = (lr, gs, b1, 1.0 - b1, b2, 1.0 - b2, 1.0 - lr * wd)
+    else:  # lamb_dir
+        gs, b1, b2, eps, wd, c1, c2 = scalars
+        s = (gs, b1, 1.0 - b1, b2, 1.0 - b2, eps, wd, c1, c2)
+    return np.array(s, np.float32)
+
+
+# the rules with a float32 loop
+F32_RULES = frozenset({"sgd", "adam", "adamax", "rmsprop", "adagrad", "lion", "lamb_dir"})
+
+
 def _run(spare, name, elem, arrays, scalars):
     """Apply ``elem``; returns one new array per output (inputs are never written; large outputs
     reuse ``spare`` arrays nobody holds any more)."""
     p = arrays[0]
-    # Numba only for float64 (and float32 SGD, written out in float32 operations: ``_sgd_f32``):
-    # the generic loops' float32 arithmetic would promote Python scalars to float64 where NumPy
-    # keeps float32, and the two paths must agree.
-    loops = _loops() if p.size >= LOOP_MIN and p.dtype == np.float64 else None
-    if p.dtype == np.float32 and name == "sgd" and p.size >= LOOP_MIN and _loops() is not None:
-        return _sgd_f32(spare, arrays, scalars)
+    n, dt = p.size, p.dtype
+    if n < LOOP_MIN and name == "sgd" and scalars[2] == 0.0:
+        loops = None
+    elif dt == np.float64:
+        loops, args = _loops(), scalars
+    elif dt == np.float32 and name in F32_RULES:
+        # float32 runs loops of float32 operations (``<rule>_f32``, all scalars in one array): the
+        # generic loops would promote Python scalars to float64 where NumPy keeps float32, and
+        # the two paths must agree
+        loops = _loops()
+        if loops is not None:
+            name, args = f"{name}_f32", (_f32_scalars(name, scalars),)
+    else:
+        loops = None
     if loops is None:
         out = elem(*arrays, *scalars)
-        return tuple(np.asarray(o, dtype=p.dtype) for o in out)
-    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        return tuple(np.asarray(o, dtype=dt) for o in out)
+    flat = [a.ravel() for a in arrays]  # a new C-contiguous view (a copy where a is not contiguous)
     for f in flat:  # inputs typed read-only always: fresh (read-only) and stepped state share one compile
         f.flags.writeable = False
-    outs = tuple(spare.empty(p.size, p.dtype) for _ in range(len(arrays) - 1))
+    if n < SPARE_MIN:  # small: a fresh array costs less than looking for a released one
+        outs = tuple(np.empty(n, dt) for _ in range(len(arrays) - 1))
+    else:
+        outs = tuple(spare.empty(n, dt) for _ in range(len(arrays) - 1))
     loop = getattr(loops, name)
-    if p.size < LOOP_SPLIT:
-        loop(*flat, *outs, *scalars)
+    if n < LOOP_SPLIT:
+        loop(*flat, *outs, *args)
     else:  # memory-bound: blocks on the cpu workers (the loops release the GIL)
         from caramba.backends.cpu import workers
 
         arrs = flat + list(outs)
-        ranges = workers.blocks(p.size, workers.count())
-        if not _on_native_helpers(loops, name, arrs, scalars, ranges):
-            workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *scalars), ranges)
-    return tuple(o.reshape(p.shape) for o in outs)
-
-
-def _sgd_f32(spare, arrays, scalars):
-    """SGD on float32 parameters in one Numba pass (``_train_loops.sgd_f32``: NumPy's float32
-    operations, so the same bits as ``sgd_elem``); large ones in blocks on the cpu workers."""
-    lr, gs, momentum, dampening, nesterov, wd = scalars
-    f = np.float32
-    args = (f(lr), f(gs), f(momentum), f(1.0 - dampening), bool(nesterov), f(wd), wd != 0.0, momentum != 0.0)
-    p = arrays[0]
-    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
-    for x in flat:  # one compile for fresh (read-only) and stepped state
-        x.flags.writeable = False
-    outs = tuple(spare.empty(p.size, p.dtype) for _ in range(2))
-    loop = _loops().sgd_f32
-    if p.size < LOOP_SPLIT:
-        loop(*flat, *outs, *args)
-    else:
-        from caramba.backends.cpu import workers
-
-        arrs = flat + list(outs)
-        workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *args), workers.blocks(p.size, workers.count()))
-    return tuple(o.reshape(p.shape) for o in outs)
+        ranges = workers.blocks(n, workers.count())
+        block_scalars = args[0] if dt == np.float32 else np.array(scalars, np.float64)
+        if not _on_native_helpers(loops, name, arrs, block_scalars, ranges):
+            workers.run(lambda lo, hi: loop(*(a[lo:hi] for a in arrs), *args), ranges)
+    return outs if p.ndim == 1 else tuple(o.reshape(p.shape) for o in outs)
 
 
 def _on_native_helpers(loops, name, arrays, scalars, ranges) -> bool:
-    """Run the update's blocks on the native helpers (``<name>_block``); False, with nothing
-    done, where there are none or another split call holds them."""
+    """Run the update's blocks on the native helpers (``<name>_block``; ``scalars``: the block's
+    scalar array); False, with nothing done, where there are none or another split call holds
+    them."""
     from caramba.backends.cpu import workers
 
     pool = workers.native_pool(len(ranges))
@@ -299,7 +329,7 @@ def _on_native_helpers(loops, name, arrays, scalars, ranges) -> bool:
     block = getattr(loops, f"{name}_block").address
 
     def split() -> bool:
-        loops.split(tuple(arrays), np.array(scalars, np.float64), pool.boxes, np.array(ranges, np.int64), block, pool.ctl)
+        loops.split(tuple(arrays), scalars, pool.boxes, np.array(ranges, np.int64), block, pool.ctl)
         return True
 
     return workers.run_native_call(split, lambda: False)
