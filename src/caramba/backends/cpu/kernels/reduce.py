@@ -23,7 +23,29 @@ def _typed(fn):
     return factory
 
 
-kernel("reduce.sum", NUM)(_typed(np.sum))
+@kernel("reduce.sum", NUM)
+def _sum(node, ins):
+    axes, keep = _axes(node, ins)
+    d, shape = ins[0].dtype.numpy, ins[0].shape
+    k = len(axes)
+    if k < 2 or tuple(axes) != tuple(range(k)) or k == len(shape) or 0 in shape:  # (a whole-array sum is pairwise)
+        return lambda x: np.asarray(np.sum(x, axis=axes, keepdims=keep, dtype=d))
+    # the leading axes of a C-contiguous array (a bias gradient: [B, T, N] -> [N]) as one axis:
+    # NumPy adds the same rows in the same order either way (the same bits), but its
+    # multi-axis reduction costs twice the single-axis one ([16,64,64] float32: 45 -> 20 us)
+    rows = 1
+    for n in shape[:k]:
+        rows *= n
+    out = (1,) * k + tuple(shape[k:]) if keep else tuple(shape[k:])
+
+    def leading_sum(x):
+        if not x.flags.c_contiguous:
+            return np.asarray(np.sum(x, axis=axes, keepdims=keep, dtype=d))
+        return np.sum(x.reshape(rows, -1), axis=0, dtype=d).reshape(out)
+
+    return leading_sum
+
+
 kernel("reduce.prod", NUM)(_typed(np.prod))
 
 
