@@ -252,17 +252,18 @@ def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget()
     assert res.status == "ok" and res.samples == 3 and len(calls) == 2 + 2  # warm-up + 2 timed calls
 
 
-def test_numpy_peer_runs_with_the_blas_threads_the_process_chose():
+def test_numpy_peer_runs_with_the_blas_threads_the_process_chose(monkeypatch):
     """caramba's cpu runner leaves OpenBLAS at one thread after its small products; NumPy's
     peer is timed with the process's own count, not with what caramba left behind (other
     peers are left as they are)."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     from benchmarks.harness import _peer
-    from caramba.backends.cpu.blas import chosen_threads
+    from caramba.backends.cpu import blas
 
-    chosen = chosen_threads()
-    if chosen is None or chosen < 2:
-        pytest.skip("BLAS is not an OpenBLAS with several threads here")
+    if blas.chosen_threads() is None:
+        pytest.skip("BLAS is not an OpenBLAS caramba controls here")
+    chosen = 2  # as a process that chose two threads (the test run may have chosen one)
+    monkeypatch.setattr(blas, "chosen_threads", lambda: chosen)
 
     def blas_threads():
         return max(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")

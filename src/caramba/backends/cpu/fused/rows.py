@@ -16,8 +16,9 @@ lanes over blocks of 128 (``rows_runtime``: NumPy's pairwise leaf), means as sum
 variance centered (two passes over the row, never E[x^2] - E[x]^2), and one division per row:
 ``(x - mean) * (1 / sqrt(var + eps))`` then ``* gamma + beta``, ``e * (1 / sum)`` (a division per
 element costs 6x the multiply; the reciprocal adds at most one rounding). exp in float32 is
-the float64 ``runtime.exp_fast`` rounded once (vectorizes, at half float32's SIMD width; more
-accurate than libm's expf, which Numba calls one element at a time).
+``runtime.exp_f32`` in float32 arithmetic (within 1 ulp of expf, full SIMD width: half the
+time of the float64 ``exp_fast`` rounded once, which float16 keeps), as the attention and
+cross-entropy kernels compute it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import numpy as np
 from numba import njit
 
 from caramba.backends.cpu.fused.rows_runtime import row_max, row_sq_sum, row_sum
-from caramba.backends.cpu.fused.runtime import exp_fast
+from caramba.backends.cpu.fused.runtime import exp_f32, exp_fast
 
 '''
 
@@ -61,6 +62,8 @@ _WORK = {"norm": 4, "softmax": 12}
 def _exp(v: str, d: DType) -> str:
     if d is DType.float64:
         return f"exp_fast({v})"
+    if d is DType.float32:
+        return f"exp_f32({v})"
     return cast(f"exp_fast(np.float64({v}))", d)
 
 
