@@ -211,6 +211,28 @@ def test_fused_layer_norm_residual(runner, axis, affine):
 
 
 @needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape", [(3, 4, 33), (16, 64, 64), (8, 2100)])  # the last two split over the workers
+def test_fused_layer_norm_residual_has_the_bits_of_the_add_and_the_row_kernel(runner, dtype, shape):
+    """The fused residual norm runs the layer_norm row kernel on s = x + r: the same bits as the
+    add followed by nn.layer_norm's own row kernel (the graph compiled without the fuse pass)."""
+    with caramba.Graph("g") as g:
+        x, r = g.input("x", shape, dtype), g.input("r", shape, dtype)
+        gm, bt = g.input("gm", shape[-1:], dtype), g.input("bt", shape[-1:], dtype)
+        g.output("y", ops.layer_norm(x + r, gm, bt))
+    rng = np.random.default_rng(3)
+    inputs = {k: (rng.standard_normal(v) * 3).astype(dtype) for k, v in
+              {"x": shape, "r": shape, "gm": shape[-1:], "bt": shape[-1:]}.items()}
+    fused, apart = runner.compile(g), runner.compile(g, disable=("fuse",))
+    assert any(n.op == "fused.layer_norm_residual" for n in fused.graph.nodes)
+    assert {n.op for n in apart.graph.nodes} >= {"math.add", "nn.layer_norm"}
+    tensors = {k: runner.upload(v) for k, v in inputs.items()}
+    got, want = fused.run(tensors)["y"].download(), apart.run(tensors)["y"].download()
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.dtype(dtype)
+
+
+@needs_numba
 @pytest.mark.parametrize("xs, ws, bs", [((7, 5), (5, 3), (3,)), ((2, 7, 5), (5, 3), (3,)), ((5,), (5, 3), (3,)), ((4, 5), (5, 3), (4, 3))])
 @pytest.mark.parametrize("act", [None, ops.relu, ops.silu, ops.tanh, lambda v: ops.gelu(v, approximate="tanh")])
 def test_fused_linear(runner, xs, ws, bs, act):

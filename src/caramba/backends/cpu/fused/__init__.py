@@ -162,9 +162,17 @@ def softmax_kernel(x: ValueType, out: ValueType, axis: int) -> Callable[..., Non
 
 
 def _layer_norm_residual(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
+    from caramba.ops._define import norm_axis
+
     from . import codegen
 
     a = node.attrs
+    out = node.types[0]
+    axis = norm_axis(a["axis"], out.rank)
+    if ins[0].shape == ins[1].shape == out.shape and all(t.shape == out.shape[axis:] for t in ins[2:]):
+        from .rows import norm_residual_rows  # the row kernel: vector lane sums, one 1/sqrt a row
+
+        return norm_residual_rows(out, len(ins) - 2, a["eps"], axis, a["with_sum"])
     k = codegen.layer_norm_residual(list(ins), node.types[0], a["axis"], a["eps"], a["with_sum"])
     return _compiled(k, list(ins), list(node.types), hints)
 

@@ -144,29 +144,37 @@ def _simd(src: str) -> str:
     return src[:i] + imp + src[i:]
 
 
-def norm_forward(d: DType, n_affine: int, eps: float, centered: bool, parallel: bool) -> str:
-    """``kernel(x, [gamma], [beta], y)``: layer norm (``centered``) or RMS norm of each row."""
+def norm_forward(d: DType, n_affine: int, eps: float, centered: bool, parallel: bool,
+                 residual: bool = False, with_sum: bool = False) -> str:
+    """``kernel(x, [gamma], [beta], y)``: layer norm (``centered``) or RMS norm of each row.
+    ``residual``: ``kernel(x, r, [gamma], [beta], y, [s])`` normalizes ``s = x + r`` (the row of
+    ``s`` kept when ``with_sum``, else built in ``y``'s row), as an add then this kernel would."""
     e = lit(eps, d)
     body = []
+    row = "xr"
+    if residual:
+        row = "sr"
+        body += ["rr = r[l]", "sr = s[l]" if with_sum else "sr = yr", "for k in range(D):", "    sr[k] = xr[k] + rr[k]"]
     if centered:
-        body += _row_sum("s1", "xr", None)
+        body += _row_sum("s1", row, None)
         body += [f"mu = {cast('s1 / Dt', d)}"]
     else:
         body += [f"mu = {lit(0, d)}"]
-    body += _row_sum("s2", "xr", "mu")
+    body += _row_sum("s2", row, "mu")
     body += [
         f"var = {cast('s2 / Dt', d)}",
         f"rstd = {cast(f'{lit(1, d)} / math.sqrt(var + {e})', d)}",
         "for k in range(D):",
-        f"    v = {cast('(xr[k] - mu) * rstd', d)}" if centered else "    v = xr[k] * rstd",
+        f"    v = {cast(f'({row}[k] - mu) * rstd', d)}" if centered else f"    v = {row}[k] * rstd",
     ]
     if n_affine >= 1:
         body.append("    v = v * g[k]")
     if n_affine >= 2:
         body.append("    v = v + b[k]")
     body.append(f"    yr[k] = {cast('v', d)}")
-    params = ["x"] + ["g", "b"][:n_affine] + ["y"]
-    return _simd(_text("layer_norm" if centered else "rms_norm", params, parallel, body, d))
+    params = ["x"] + (["r"] if residual else []) + ["g", "b"][:n_affine] + ["y"] + (["s"] if with_sum else [])
+    what = ("layer_norm" if centered else "rms_norm") + (" of a residual sum" if residual else "")
+    return _simd(_text(what, params, parallel, body, d))
 
 
 def softmax_forward(d: DType, log: bool, parallel: bool) -> str:
@@ -231,6 +239,30 @@ def norm_rows(x: ValueType, n_affine: int, eps: float, axis: int, centered: bool
         o2 = _into(out, L, D)
         k(_two(x_a, L, D), *(np.ascontiguousarray(a).reshape(D) for a in rest[:-1]), o2)
         _back(out, o2)
+
+    return run
+
+
+def norm_residual_rows(x: ValueType, n_affine: int, eps: float, axis: int, with_sum: bool) -> Rows:
+    """``k(x, r, *affine, y, [s])`` on C-contiguous arrays of ``x``'s shape (``fused.layer_norm_residual``
+    whose inputs are not broadcast): layer norm over the axes ``axis..`` of ``s = x + r``, the
+    same bits as the add followed by ``norm_rows``' kernel. Other layouts are copied first."""
+    d = x.dtype
+    L, D = split_rows(x.shape, axis)
+    parallel = _pays(L * D, _WORK["norm"], L)
+    two, aff = ValueType((L, D), d), ValueType((D,), d)
+    k = _rows_kernel(norm_forward(d, n_affine, eps, True, parallel, residual=True, with_sum=with_sum),
+                     2 + n_affine, 1 + int(with_sum), L, parallel,
+                     [two, two] + [aff] * n_affine + [two] * (1 + int(with_sum)), 2 + n_affine)
+
+    def run(x_a, r_a, *rest):
+        if not L * D:
+            return
+        outs = rest[n_affine:]
+        twos = [_into(o, L, D) for o in outs]
+        k(_two(x_a, L, D), _two(r_a, L, D), *(np.ascontiguousarray(a).reshape(D) for a in rest[:n_affine]), *twos)
+        for o, o2 in zip(outs, twos, strict=True):
+            _back(o, o2)
 
     return run
 
