@@ -12,6 +12,7 @@ from caramba.backends.cpu import jitcache
 
 jitcache.setup()  # Numba's disk cache in the user cache, before any cached function is defined
 
+import numpy as np  # noqa: E402
 from numba import njit, uint64  # noqa: E402
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -51,17 +52,55 @@ def _run(cf, d, xf, src, step, lo, hi, n, zero):
 
 
 @njit(inline="always")
+def _shifted(cf, d, xf, src, ylo, yhi, xlo, xhi, ho, wo, zero):
+    """One tap's columns when the output is as wide as the input at stride 1: cf[d + t] =
+    xf[src + t] for the outputs t = oy*wo + ox inside the image (rows [ylo, yhi), columns
+    [xlo, xhi)), ``zero`` for the others. The inside rows are one contiguous copy, from the first
+    inside element to the last (every source index in between lies in the plane), whose
+    elements in the padding's columns are then overwritten with ``zero``."""
+    if ylo >= yhi or xlo >= xhi:
+        for t in range(ho * wo):
+            cf[d + uint64(t)] = zero
+        return
+    t0, t1 = ylo * wo + xlo, (yhi - 1) * wo + xhi
+    for t in range(t0):
+        cf[d + uint64(t)] = zero
+    for t in range(t0, t1):
+        cf[d + uint64(t)] = xf[uint64(src + t)]
+    for t in range(t1, ho * wo):
+        cf[d + uint64(t)] = zero
+    if xlo > 0 or xhi < wo:
+        for oy in range(ylo, yhi):
+            for ox in range(xlo):
+                cf[d + uint64(oy * wo + ox)] = zero
+            for ox in range(xhi, wo):
+                cf[d + uint64(oy * wo + ox)] = zero
+
+
+@njit(inline="always")
 def _columns(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero, back):
     """``im2col`` (``back`` False) or its adjoint ``col2im`` (``back`` True): one loop nest over
     the taps (image, channel, kernel row and column), one run along the output's width per row."""
+    # stride 1 with the output as wide as the input: a tap's columns are the input plane shifted
+    # by one offset, so its rows are one run (then the padding's columns set to zero)
+    whole = not back and sh == 1 and sw == 1 and wo == w
+    # each kernel row's and column's span of outputs, once (integer divisions: not per tap)
+    ys, xs = np.empty((kh, 2), np.int64), np.empty((kw, 2), np.int64)
+    for i in range(kh):
+        ys[i, 0], ys[i, 1] = _span(ph, sh, dh, i, h, ho)
+    for j in range(kw):
+        xs[j, 0], xs[j, 1] = _span(pw, sw, dw, j, w, wo)
     for n in range(n0, n1):
         for c in range(cg):
             xb = n * xsn + (c0 + c) * xsc
             for i in range(kh):
-                ylo, yhi = _span(ph, sh, dh, i, h, ho)
+                ylo, yhi = ys[i, 0], ys[i, 1]
                 for j in range(kw):
                     db = ((c * kh + i) * kw + j) * csr + (n - n0) * csm
-                    xlo, xhi = _span(pw, sw, dw, j, w, wo)
+                    xlo, xhi = xs[j, 0], xs[j, 1]
+                    if whole:
+                        _shifted(cf, uint64(db), xf, xb + (i * dh - ph) * w + j * dw - pw, ylo, yhi, xlo, xhi, ho, wo, zero)
+                        continue
                     for oy in range(ylo if back else 0, yhi if back else ho):
                         src = xb + (oy * sh - ph + i * dh) * w + j * dw - pw
                         d = uint64(db + oy * wo)
@@ -119,50 +158,67 @@ def col2im(cf, csr, csm, xf, xsn, xsc, h, w, n0, n1, c0, cg, kh, kw, sh, sw, ph,
     _columns(xf, xsn, xsc, h, w, cf, csr, csm, n0, n1, c0, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, xf[0], True)
 
 
-@njit(**JIT)
-def max_pool(x, out, p0, p1, kh, kw, sh, sw, ph, pw, neg_inf):
-    """out[plane, oy, ox] = max of x[plane]'s window (padding is -inf, a NaN wins) over the
-    planes [p0, p1) of x [P, H, W]; ``neg_inf`` is -inf in x's dtype."""
+@njit(inline="always")
+def _pool_rows(x, out, p0, p1, kh, kw, sh, sw, ph, pw, init, is_max):
+    """out[plane, oy, :] = ``init``, then every tap (iy, j) of the windows merged into the whole
+    output row at once, taps inside the image only, in each window's row-major order (the
+    order a window-by-window loop visits them, so the same result bit for bit). Each plane is
+    first split into its ``sw`` column phases (ph[r, iy, k] = x[iy, k*sw + r]), so a tap reads a
+    contiguous run: the merges vectorize along the row (unsigned offsets: no negative-index
+    branch)."""
     h, w = x.shape[1], x.shape[2]
     ho, wo = out.shape[1], out.shape[2]
+    wq = (w + sw - 1) // sw
+    phases = np.empty(sw * h * wq, x.dtype)
+    xf, of = x.reshape(-1), out.reshape(-1)
     for p in range(p0, p1):
+        xb = p * h * w
+        for iy in range(h):
+            for r in range(min(sw, w)):
+                d, src = uint64((r * h + iy) * wq), xb + iy * w + r
+                for k in range((w - r + sw - 1) // sw):
+                    phases[d + uint64(k)] = xf[uint64(src + k * sw)]
         for oy in range(ho):
             y0 = oy * sh - ph
-            ya, yb = max(y0, 0), min(y0 + kh, h)
+            ob = uint64((p * ho + oy) * wo)
             for ox in range(wo):
-                x0 = ox * sw - pw
-                xa, xb = max(x0, 0), min(x0 + kw, w)
-                m = neg_inf
-                for iy in range(ya, yb):
-                    for ix in range(xa, xb):
-                        v = x[p, iy, ix]
-                        if v > m or v != v:
-                            m = v
-                            if v != v:
-                                break
-                    if m != m:
-                        break
-                out[p, oy, ox] = m
+                of[ob + uint64(ox)] = init
+            for iy in range(max(y0, 0), min(y0 + kh, h)):
+                for j in range(kw):
+                    off = j - pw
+                    q, r = off // sw, off % sw  # x[iy, ox*sw + off] = phases[r, iy, ox + q]
+                    lo, hi = _range(off, sw, w, wo)
+                    sb = (r * h + iy) * wq + q
+                    if is_max:
+                        for ox in range(lo, hi):
+                            v = phases[uint64(sb + ox)]
+                            m = of[ob + uint64(ox)]
+                            # larger, or the first NaN (a later NaN does not replace it)
+                            of[ob + uint64(ox)] = v if (v > m) | ((v != v) & (m == m)) else m
+                    else:
+                        for ox in range(lo, hi):
+                            of[ob + uint64(ox)] += phases[uint64(sb + ox)]
+
+
+@njit(**JIT)
+def max_pool(x, out, p0, p1, kh, kw, sh, sw, ph, pw, neg_inf):
+    """out[plane, oy, ox] = max of x[plane]'s window (padding is -inf, the first NaN in the
+    window's row-major order wins) over the planes [p0, p1) of x [P, H, W]; ``neg_inf`` is -inf
+    in x's dtype. Ties keep the first element (-0.0 before 0.0 stays -0.0)."""
+    _pool_rows(x, out, p0, p1, kh, kw, sh, sw, ph, pw, neg_inf, True)
 
 
 @njit(**JIT)
 def avg_pool(x, out, p0, p1, kh, kw, sh, sw, ph, pw, count, zero):
-    """out[plane, oy, ox] = (sum of x[plane]'s window, padding as 0) / count over the planes
-    [p0, p1) of x [P, H, W]; ``count`` (kh*kw) and ``zero`` are scalars of x's dtype."""
-    h, w = x.shape[1], x.shape[2]
+    """out[plane, oy, ox] = (sum of x[plane]'s window, padding as 0, from ``zero`` in the
+    window's row-major order) / count over the planes [p0, p1) of x [P, H, W]; ``count``
+    (kh*kw) and ``zero`` are scalars of x's dtype."""
+    _pool_rows(x, out, p0, p1, kh, kw, sh, sw, ph, pw, zero, False)
     ho, wo = out.shape[1], out.shape[2]
     for p in range(p0, p1):
         for oy in range(ho):
-            y0 = oy * sh - ph
-            ya, yb = max(y0, 0), min(y0 + kh, h)
             for ox in range(wo):
-                x0 = ox * sw - pw
-                xa, xb = max(x0, 0), min(x0 + kw, w)
-                s = zero
-                for iy in range(ya, yb):
-                    for ix in range(xa, xb):
-                        s += x[p, iy, ix]
-                out[p, oy, ox] = s / count
+                out[p, oy, ox] = out[p, oy, ox] / count
 
 
 @njit(**JIT)

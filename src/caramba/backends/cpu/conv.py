@@ -12,9 +12,18 @@ with Numba the fuse pass makes them ``fused.conv_transpose`` / ``fused.conv_weig
   product transposed into the output: better when each image has few output pixels (deep
   layers), where per-image GEMMs are too thin for BLAS;
 - ``rows``: the transposed columns [N*Ho*Wo, C/g*KH*KW] (gathered in runs along the kernel's
-  width) times the transposed weights, for a kernel with more taps than the output has pixels
-  (the weight gradient, whose kernel is the cotangent): im2col's runs along the output's
-  width would be a few elements each.
+  width), for a kernel with more taps than the output has pixels (the weight gradient, whose
+  kernel is the cotangent; ResNet's 3x3 layers on 2x2 images): im2col's runs along the output's
+  width would be a few elements each. The product is the flat layout's, ``w @ rows^T`` (BLAS
+  reads the transposed operand in place), so it too runs in row blocks of output channels on
+  the cpu workers: as ``rows @ w^T`` its few rows (N*Ho*Wo) could not be split and ran on
+  OpenBLAS's own pool, whose threads then spun against the workers (ResNet-18 float32 forward
+  on 2 cores: 37 -> 24 ms).
+
+im2col at stride 1 with the output as wide as the input (3x3 padding 1) copies each tap's
+columns as one run of the shifted input plane, then zeroes the padding's columns (64x16x16:
+0.40 -> 0.17 ms for batch 8). The flat and rows gathers are split over the cpu workers
+(channels, images) from ``GATHER_SPLIT_MIN`` column elements.
 
 The layout is chosen from the shapes when the kernel is made: ``batched`` from
 ``CONV_BATCH_MIN_PIXELS`` output pixels per image (``caramba backends --tune`` measures this
@@ -34,6 +43,9 @@ import numpy as np
 
 # Output pixels per image from which the batched layout is used (``tuning.py`` may change it).
 CONV_BATCH_MIN_PIXELS = 64
+# Column elements (N * C/g*KH*KW * Ho*Wo) from which the flat and rows layouts gather them on the
+# cpu workers (channels, images) instead of on the calling thread alone.
+GATHER_SPLIT_MIN = 1 << 16
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -118,8 +130,12 @@ def _conv2d(loops, x_shape, w_shape, stride, padding, dilation, groups, dtype, a
     direct = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and chosen == "batched"
     parts = workers.count()
     ranges = workers.blocks(n, parts) if chosen == "batched" and parts > 1 and n > 1 and n * r * p * og >= 1 << 20 else None
-    flat_mm = blas.matmul_for((og, r), (r, n * p), (og, n * p), None) if chosen == "flat" else None
-    rows_mm = blas.matmul_for((n * p, r), (r, og), (n * p, og), None) if chosen == "rows" else None
+    # flat and rows: one GEMM [og, r] x [r, N*P] (row blocks of output channels on the workers,
+    # never OpenBLAS's own pool); their gathers split over the workers too (channels, images)
+    one_mm = blas.matmul_for((og, r), (r, n * p), (og, n * p), None) if chosen in ("flat", "rows") else None
+    gather_split = parts > 1 and n * r * p >= GATHER_SPLIT_MIN
+    chan_ranges = workers.blocks(cg, parts) if chosen == "flat" and gather_split and cg > 1 else None
+    image_ranges = workers.blocks(n, parts) if chosen == "rows" and gather_split and n > 1 else None
 
     def bias(out, b):
         if b is not None:
@@ -165,9 +181,16 @@ def _conv2d(loops, x_shape, w_shape, stride, padding, dilation, groups, dtype, a
             cols = np.empty((n * p, r), dtype)
             (xf, sn, sc), cf = flat_view(x), cols.reshape(-1)
             for g in range(groups):
-                loops.im2row(xf, sn, sc, h, wd, cf, 0, n, g * cg, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero)
-                prod = rows_mm(cols, w3[g].T)  # [N*P, og]
-                o4[:, g] = prod.reshape(n, p, og).transpose(0, 2, 1)
+                def gather(lo, hi, g=g):
+                    loops.im2row(xf, sn, sc, h, wd, cf[lo * p * r:], lo, hi, g * cg, cg, kh, kw, sh, sw, ph, pw,
+                                 dh, dw, ho, wo, zero)
+
+                if image_ranges is None:
+                    gather(0, n)
+                else:
+                    workers.run(gather, image_ranges)
+                prod = one_mm(w3[g], cols.T)  # [og, N*P]
+                o4[:, g] = prod.reshape(og, n, p).transpose(1, 0, 2)
             return bias(out, b)
 
         return rows
@@ -179,8 +202,15 @@ def _conv2d(loops, x_shape, w_shape, stride, padding, dilation, groups, dtype, a
         cols = np.empty((r, n, p), dtype)
         (xf, sn, sc), cf = flat_view(x), cols.reshape(-1)
         for g in range(groups):
-            im2col(xf, sn, sc, h, wd, cf, n * p, p, 0, n, g * cg, cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero)
-            prod = flat_mm(w3[g], cols.reshape(r, n * p))
+            def gather(lo, hi, g=g):
+                im2col(xf, sn, sc, h, wd, cf[lo * kh * kw * n * p:], n * p, p, 0, n, g * cg + lo, hi - lo,
+                       kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, zero)
+
+            if chan_ranges is None:
+                gather(0, cg)
+            else:
+                workers.run(gather, chan_ranges)
+            prod = one_mm(w3[g], cols.reshape(r, n * p))
             o4[:, g] = prod.reshape(og, n, p).transpose(1, 0, 2)
         return bias(out, b)
 
