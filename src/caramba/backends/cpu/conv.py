@@ -164,10 +164,10 @@ def _conv2d(loops, x_shape, w_shape, stride, padding, dilation, groups, dtype, a
                     else:
                         o3[lo:hi, g * og:(g + 1) * og] = np.matmul(w3[g], src)
 
+            blas.one_thread()  # small products, or one block per worker: never OpenBLAS's own pool
             if ranges is None:
                 images(0, n)
             else:
-                blas.one_thread()
                 workers.run(images, ranges)
             return bias(out, b)
 

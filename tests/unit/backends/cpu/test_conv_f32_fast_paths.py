@@ -197,3 +197,25 @@ def test_weight_grad_split_gather_matches_torch_and_unsplit_bits(case, swap_max,
     assert outs[0].tobytes() == outs[1].tobytes()
     want = tw.grad.numpy()
     np.testing.assert_allclose(outs[1], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_an_unsplit_batched_convolution_leaves_openblas_at_one_thread():
+    """A small per-image convolution runs its products on one BLAS thread whatever count the
+    last product left: OpenBLAS's own pool, once woken, spins against the cpu workers."""
+    from caramba.backends.cpu import blas
+
+    policy = blas._policy()
+    if policy is None:
+        pytest.skip("BLAS is not an OpenBLAS caramba controls here")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    kern = conv.conv_kernel(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, np.float32, "batched")
+    before = policy.get()
+    try:
+        policy.set(2)  # as a large product left it
+        kern(x, w)
+        assert policy.get() == 1  # NumPy's OpenBLAS, the one caramba's products call
+    finally:
+        policy.set(before)
+        policy.sync()
