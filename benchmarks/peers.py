@@ -68,6 +68,19 @@ def jax_prep(fn: Callable[..., Any], args: Sequence[np.ndarray]) -> Prepared:
 
 
 # ---- PyTorch (eager) ----------------------------------------------------------------------
+def torch_two_losses(step: Callable[[Any], Any], state: Any) -> np.ndarray:
+    """The losses of two eager PyTorch train steps from ``state`` (a train workload's check)."""
+    return np.array([float(step(state).detach()), float(step(state).detach())])
+
+
+def torch_train_prep(step: Callable[[Any], Any], fresh: Callable[[], Any], note: str) -> Prepared:
+    """An eager PyTorch train step timed over one state; its check runs two steps afresh."""
+    state = fresh()
+    return Prepared(lambda: step(state), fetch=lambda r: np.asarray(float(r.detach())),
+                    check=lambda: torch_two_losses(step, fresh()), note=note)
+
+
+
 def torch_prep(fn: Callable[..., Any], args: Sequence[np.ndarray], grad: bool = False) -> Prepared:
     import torch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.harness import Case, Prepared, Workload
-from benchmarks.peers import caramba_train_prep
+from benchmarks.peers import caramba_train_prep, torch_train_prep, torch_two_losses
 from benchmarks.workloads.cnn import CLASSES, RB, RC, RS, _torch_resnet, resnet_forward, resnet_params
 
 # lr 1e-4: the random network starts at a loss of ~63 (no batch statistics); 1e-2 diverges in two steps
@@ -65,10 +65,6 @@ def _torch_trainer(params, x, y, dtype):
     return step, fresh
 
 
-def _two(step, state) -> np.ndarray:
-    return np.array([float(step(state).detach()), float(step(state).detach())])
-
-
 class ResNet18Train(Workload):
     name = "resnet18_train_step"
     description = (f"ResNet-18-shaped train step, batch {RB} of {RC}x{RS}x{RS}, {CLASSES} classes, cross-entropy, "
@@ -93,7 +89,7 @@ class ResNet18Train(Workload):
 
     def reference(self, case, inputs):
         step, fresh = _torch_trainer(self._params(inputs), inputs["x"], inputs["y"], np.float64)
-        return _two(step, fresh())
+        return torch_two_losses(step, fresh())
 
     def caramba(self, case, runner, inputs):
         from caramba.train import SGD, TrainStep, cross_entropy
@@ -109,9 +105,7 @@ class ResNet18Train(Workload):
 
     def torch(self, case, inputs):
         step, fresh = _torch_trainer(self._params(inputs), inputs["x"], inputs["y"], np.dtype(case.params["dtype"]))
-        state = fresh()
-        return Prepared(lambda: step(state), fetch=lambda r: np.asarray(float(r.detach())),
-                        check=lambda: _two(step, fresh()), note="eager autograd + torch.optim.SGD")
+        return torch_train_prep(step, fresh, "eager autograd + torch.optim.SGD")
 
     def jax(self, case, inputs):
         import jax

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from benchmarks.harness import Case, Prepared, Workload
-from benchmarks.peers import caramba_train_prep
+from benchmarks.peers import caramba_train_prep, torch_train_prep, torch_two_losses
 
 # ---- the model, once per framework ---------------------------------------------------------
 
@@ -148,10 +148,6 @@ def _torch_trainer(params: dict[str, np.ndarray], x, y, dtype):
     return step, fresh
 
 
-def _two_losses(step, state) -> np.ndarray:
-    return np.array([float(step(state).detach()), float(step(state).detach())])
-
-
 class CharGptTrain(Workload):
     name = "char_gpt_train_step"
     description = f"char-level GPT train step ({CL} layers, {CH} heads, width {CD}, context {CT}, vocab {CV}, batch {CB}; AdamW, clip 1.0)"
@@ -178,7 +174,7 @@ class CharGptTrain(Workload):
 
     def reference(self, case, inputs):
         step, fresh = _torch_trainer(self._params(inputs), inputs["x"], inputs["y"], np.float64)
-        return _two_losses(step, fresh())
+        return torch_two_losses(step, fresh())
 
     def caramba(self, case, runner, inputs):
         from caramba.train import AdamW, TrainStep, cross_entropy
@@ -194,9 +190,7 @@ class CharGptTrain(Workload):
     def torch(self, case, inputs):
         dt = np.dtype(case.params["dtype"])
         step, fresh = _torch_trainer(self._params(inputs), inputs["x"], inputs["y"], dt)
-        state = fresh()
-        return Prepared(lambda: step(state), fetch=lambda r: np.asarray(float(r.detach())),
-                        check=lambda: _two_losses(step, fresh()), note="eager autograd + torch.optim.AdamW")
+        return torch_train_prep(step, fresh, "eager autograd + torch.optim.AdamW")
 
     def jax(self, case, inputs):
         import jax

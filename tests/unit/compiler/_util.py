@@ -106,3 +106,10 @@ def check_plan(graph: Graph, plan, buffers: frozenset[str]) -> None:
 
 
 F64 = DType.float64
+
+
+def run_feeds(runner, graph: Graph, feeds: Iterable[np.ndarray]) -> list[np.ndarray]:
+    """``graph`` run on ``feeds`` given in the order of its inputs; the outputs sorted by name."""
+    exe = runner.compile(graph)
+    outs = exe.run({n.id: runner.upload(v) for n, v in zip(graph.inputs, feeds, strict=True)})
+    return [outs[k].download() for k in sorted(outs)]

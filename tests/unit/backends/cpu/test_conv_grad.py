@@ -74,13 +74,6 @@ def _feed(g, arrays):
     return dict(zip([n.id for n in g.inputs], arrays.values(), strict=True))
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
 def _ops(graph, runner):
     after, _ = compile_graph(graph, runner)
     return [n.op for n in after.nodes]

@@ -120,13 +120,6 @@ def test_layout_follows_the_tuned_threshold(monkeypatch):
 # ---- through graphs: the backend's kernel, its gradients ---------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
 def _run(runner, g, feeds):
     exe = runner.compile(g)
     outs = exe.run({k: runner.upload(v) for k, v in feeds.items()})

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import caramba
-from caramba import compute, ops
+from caramba import ops
 from caramba.compiler import compile_graph
+
+from ...compiler._util import run_feeds
 
 numba = pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
@@ -57,19 +59,6 @@ def test_exp_f32_edge_cases():
                   np.maximum(np.spacing(want[finite]).astype(np.float64), 1.5e-45))
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
-def _run(runner, g, feeds):
-    exe = runner.compile(g)
-    outs = exe.run({n.id: runner.upload(v) for n, v in zip(g.inputs, feeds, strict=True)})
-    return [outs[k].download() for k in sorted(outs)]
-
-
 def _fused_ops(runner, g):
     after, _ = compile_graph(g, runner)
     return {n.op for n in after.nodes}
@@ -80,7 +69,7 @@ def test_fused_float32_exp_and_gelu_keep_float32(cpu):
     x = (np.random.default_rng(1).standard_normal(shape) * 4).astype(np.float32)
     g = caramba.trace(lambda x: ops.exp(x * 0.5) + ops.gelu(x) * 2.0, (shape, "float32"))
     assert "fused.elementwise" in _fused_ops(cpu, g)
-    (got,) = _run(cpu, g, [x])
+    (got,) = run_feeds(cpu, g, [x])
     assert got.dtype == np.float32
     t = torch.from_numpy(x.astype(np.float64))
     want = (torch.exp(t * 0.5) + torch.nn.functional.gelu(t) * 2.0).numpy()
@@ -91,7 +80,7 @@ def test_fused_float32_softmax_keeps_float32(cpu):
     shape = (33, 65)
     x = (np.random.default_rng(2).standard_normal(shape) * 5).astype(np.float32)
     g = caramba.trace(lambda x: ops.softmax(x * 1.5 + 1.0, axis=0), (shape, "float32"))
-    (got,) = _run(cpu, g, [x])
+    (got,) = run_feeds(cpu, g, [x])
     assert got.dtype == np.float32
     want = torch.softmax(torch.from_numpy(x.astype(np.float64)) * 1.5 + 1.0, dim=0).numpy()
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
@@ -102,7 +91,7 @@ def test_float32_cnn_graph_stays_float32(cpu):
     x, w = rng.standard_normal((2, 3, 12, 12)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     g = caramba.trace(lambda x, w: ops.avg_pool2d(ops.max_pool2d(ops.relu(ops.conv2d(x, w, padding=(1,))), kernel=(2,)),
                                                   kernel=(2,)), ((2, 3, 12, 12), "float32"), ((4, 3, 3, 3), "float32"))
-    (got,) = _run(cpu, g, [x, w])
+    (got,) = run_feeds(cpu, g, [x, w])
     assert got.dtype == np.float32
     tf = torch.nn.functional
     want = tf.avg_pool2d(tf.max_pool2d(torch.relu(tf.conv2d(torch.from_numpy(x.astype(np.float64)),
@@ -117,7 +106,7 @@ def test_sdpa_row_softmax_matches_torch_and_keeps_dtype(cpu, dtype):
     keep = rng.random((9, 9)) > 0.3
     keep[0] = False  # a fully masked row: NaN, as NumPy's softmax gives
     g = caramba.trace(lambda q, k, v, m: ops.sdpa(q, k, v, m), *[((2, 3, 9, 8), dtype)] * 3, ((9, 9), "bool"))
-    (got,) = _run(cpu, g, [q, k, v, keep])
+    (got,) = run_feeds(cpu, g, [q, k, v, keep])
     assert got.dtype == np.dtype(dtype)
     assert np.all(np.isnan(got[:, :, 0]))
     t = [torch.from_numpy(a.astype(np.float64)) for a in (q, k, v)]
@@ -125,6 +114,6 @@ def test_sdpa_row_softmax_matches_torch_and_keeps_dtype(cpu, dtype):
     tol = 2e-6 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(got[:, :, 1:], want[:, :, 1:], rtol=tol, atol=tol)
     gc = caramba.trace(lambda q, k, v: ops.sdpa(q, k, v, causal=True), *[((2, 3, 9, 8), dtype)] * 3)
-    (got_c,) = _run(cpu, gc, [q, k, v])
+    (got_c,) = run_feeds(cpu, gc, [q, k, v])
     want_c = torch.nn.functional.scaled_dot_product_attention(*t, is_causal=True).numpy()
     np.testing.assert_allclose(got_c, want_c, rtol=tol, atol=tol)

@@ -9,27 +9,14 @@ import numpy as np
 import pytest
 
 import caramba
-from caramba import compute, ops
+from caramba import ops
 from caramba.autodiff.api import grad
 from caramba.backends.cpu.kernels import attention as att
 
-from ...compiler._util import run
+from ...compiler._util import run, run_feeds
 
 numba = pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
-def _run(runner, g, feeds):
-    exe = runner.compile(g)
-    outs = exe.run({n.id: runner.upload(v) for n, v in zip(g.inputs, feeds, strict=True)})
-    return [outs[k].download() for k in sorted(outs)]
 
 
 def _torch_sdpa(q, k, v, causal, scale=None):
@@ -55,7 +42,7 @@ def test_fused_sdpa_matches_torch(cpu, dtype, case):
     v = rng.standard_normal((*batch, tk, dv)).astype(dtype)
     g = caramba.trace(lambda q, k, v: ops.sdpa(q, k, v, causal=causal),
                       (q.shape, dtype), (k.shape, dtype), (v.shape, dtype))
-    (got,) = _run(cpu, g, [q, k, v])
+    (got,) = run_feeds(cpu, g, [q, k, v])
     assert got.dtype == np.dtype(dtype) and got.shape == (*batch, tq, dv)
     tol = 3e-6 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(got, _torch_sdpa(q, k, v, causal), rtol=tol, atol=tol)
@@ -116,7 +103,7 @@ def test_fused_sdpa_nan_and_inf_rows(cpu, dtype):
     q[0, 0, 3, 0] = np.nan  # row 3 of head 0: NaN scores -> NaN output
     k[0, 1, 0, :] = np.inf  # head 1: +inf score in column 0 -> inf - inf: NaN where it is kept
     g = caramba.trace(lambda q, k, v: ops.sdpa(q, k, v, causal=True), *[((1, 2, 6, 4), dtype)] * 3)
-    (got,) = _run(cpu, g, [q, k, v])
+    (got,) = run_feeds(cpu, g, [q, k, v])
     node, ins = _node(True, None, [(1, 2, 6, 4)] * 3, dtype)
     with np.errstate(all="ignore"):
         want = att._sdpa(node, ins + [ins[0].__class__((6, 6), ins[0].dtype.__class__.bool)])(

@@ -19,13 +19,6 @@ pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
 # (shape, axis): one row, odd widths, [N, 1], two normalized axes, a 3-d batch, and rows that
 # are split over the workers (64 x 1100: past codegen.PARALLEL_MIN_WORK; 300 x 40: blocks of more
 # than the 128 rows each block sums dgamma/dbeta over before adding them to its partial row)

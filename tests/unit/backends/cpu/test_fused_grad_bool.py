@@ -9,20 +9,13 @@ import numpy as np
 import pytest
 
 import caramba
-from caramba import compute, ops
+from caramba import ops
 from caramba.autodiff.api import grad
 from caramba.compiler import compile_graph
 
 from ...compiler._util import run
 
 pytest.importorskip("numba")
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
 
 
 def _bool_fused(cpu, g) -> bool:

@@ -70,13 +70,6 @@ def _torch_dx(kind, case, x, ct):
     return tx.grad.numpy()
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
 def _fused_ops(g, runner):
     after, _ = compile_graph(g, runner)
     return [n.op for n in after.nodes if n.op.startswith("fused.")]

@@ -71,13 +71,6 @@ def test_unsupported_dtype_falls_back_to_numpy():
     assert pool.pool_kernel(True, (1, 1, 4, 4), (2, 2), (2, 2), (0, 0), (1, 1, 2, 2), np.int64) is None
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
-
-
 def _graph_and_grads(runner, is_max, x, ct, k, s, p):
     op = ops.max_pool2d if is_max else ops.avg_pool2d
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import caramba
-from caramba import compute, ops
+from caramba import ops
 from caramba.autodiff.api import grad
 from caramba.errors import CarambaError
 
@@ -17,13 +17,6 @@ from ...compiler._util import run
 
 pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
 
 
 CASES = [((128, 64), 0, (16, 64)), ((5, 7, 3), 1, (4, 2)), ((6, 4), 1, (9,)), ((3, 5), 0, ()), ((4, 3), 0, (0,)),

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import caramba
-from caramba import compute
 from caramba.backends.cpu.kernels import train as ktrain
 from caramba.train import cross_entropy
 
@@ -17,13 +16,6 @@ from ...compiler._util import run
 
 pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    r = compute.new("cpu")
-    yield r
-    r.close()
 
 
 def _graph(shape, dtype, **kw):
