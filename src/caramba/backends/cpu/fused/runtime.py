@@ -145,14 +145,22 @@ def _has_fma() -> bool:
     return llvm.get_host_cpu_features().get("fma", False)
 
 
-@intrinsic
-def _fma_intrinsic(typingctx, a, b, c):
-    def codegen(context, builder, signature, args):
-        d = llir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [d], llir.FunctionType(d, [d, d, d]))
-        return builder.call(fn, args)
+def _fma_for(ll, nb):
+    """``llvm.fma`` of one float type as a Numba intrinsic (``a * b + c``, one rounding)."""
 
-    return types.float64(types.float64, types.float64, types.float64), codegen
+    @intrinsic
+    def fma(typingctx, a, b, c):
+        def codegen(context, builder, signature, args):
+            fn = builder.module.declare_intrinsic("llvm.fma", [ll], llir.FunctionType(ll, [ll, ll, ll]))
+            return builder.call(fn, args)
+
+        return nb(nb, nb, nb), codegen
+
+    return fma
+
+
+_fma_intrinsic = _fma_for(llir.DoubleType(), types.float64)
+_fma32_intrinsic = _fma_for(llir.FloatType(), types.float32)
 
 
 if _has_fma():
@@ -170,16 +178,6 @@ def _poly(z, c):
     for i in range(len(c) - 2, -1, -1):
         r = _mad(r, z, c[i])
     return r
-
-
-@intrinsic
-def _fma32_intrinsic(typingctx, a, b, c):
-    def codegen(context, builder, signature, args):
-        f = llir.FloatType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [f], llir.FunctionType(f, [f, f, f]))
-        return builder.call(fn, args)
-
-    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 if _has_fma():
