@@ -8,6 +8,8 @@ import pytest
 
 from caramba.store.runs import RunStore
 
+from ..run_ids import unique_prefix
+
 TUNER = {"metric": "val.loss", "mode": "min",
          "arms": [{"id": "a", "set": {"trainer.lr": 0.01}, "description": "small steps"}, {"id": "b", "set": {"trainer.lr": 0.1}}]}
 
@@ -43,7 +45,7 @@ def test_compare_matches_the_stored_rows(client, sweep):
     for row in body["runs"]:
         vals = runs.series(row["id"], "loss", "val")[1]
         assert row["final"]["val.loss"] == vals[-1] and row["best"]["val.loss"] == min(vals)
-    r = client.get("/api/v1/compare", params=[("run", ids[("a", 0)]), ("run", ids[("b", 1)][:-1])])
+    r = client.get("/api/v1/compare", params=[("run", ids[("a", 0)]), ("run", unique_prefix(ids[("b", 1)], ids.values(), drop=1))])
     assert r.status_code == 200 and {x["id"] for x in r.json()["runs"]} == {ids[("a", 0)], ids[("b", 1)]}
 
 
