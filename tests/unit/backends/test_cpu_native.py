@@ -44,6 +44,17 @@ def test_every_block_runs_exactly_once_whoever_claims_it():
     assert (pool.boxes[:3, native.DONE] == pool.boxes[:3, native.POSTED]).all()  # every post was answered
 
 
+def test_more_blocks_than_threads_are_shared_out_each_once():
+    """Blocks beyond one per thread go to whichever thread frees up first (a shared counter);
+    a call with one helper and 64 blocks, or 2 blocks, or 1, runs each block exactly once."""
+    pool = native.pool(1)
+    for n_blocks in (64, 2, 1):
+        counts = np.zeros(1000, np.int64)
+        for _ in range(300):
+            _run(pool, counts, workers.blocks(1000, n_blocks))
+        assert (counts == 300).all(), n_blocks
+
+
 def test_sleeping_helpers_wake_for_the_next_post():
     pool = native.pool(2)
     counts = np.zeros(3, np.int64)

@@ -7,10 +7,14 @@ when it finished: measured on the [128,64] MLP train step, helpers started 27 µ
 and callers waited 52 µs after their own block, ten times a step.
 
 Here a helper thread enters ``helper_loop`` once and stays in compiled code for good. A split
-call posts each block as (C function, argument block, lo, hi) into the helper's mailbox with
-atomic stores, runs its own block, then takes any block its helper has not claimed yet (a
-preempted helper does not stall the call) and waits for the rest, all in one compiled call
-(``run_blocks``). Blocks are ``cfunc``s of signature ``BLOCK_SIG``: ``block(args, lo, hi)``
+call posts (C function, argument block, block table) into the mailboxes of as many helpers as
+it has blocks to share, with atomic stores; then the caller and every helper that has joined
+take blocks from one shared counter until none is left, and the caller waits for the helpers
+that joined, all in one compiled call (``run_blocks``). A helper that has not joined by then
+(asleep, or preempted before it saw the post) is struck off, so a late helper costs the call at
+most the block it is running, never a block waiting for it (with one block per thread, a helper
+woken late took the second half of the work after the caller had finished the first: the call
+took 1.5-2x its time alone). Blocks are ``cfunc``s of signature ``BLOCK_SIG``: ``block(args, lo, hi)``
 where ``args`` is an int64 array of array addresses, shapes and scalars that the block unpacks
 (``ptr_<dtype>`` + ``numba.carray``). An idle helper spins ~0.1 ms, then sleeps on a POSIX
 semaphore that the next post wakes (a Dekker hand-shake on the ``SLEEPING`` and ``POSTED``
@@ -35,11 +39,15 @@ from numba.extending import intrinsic
 
 from caramba.backends.cpu.spin import _load_acquire, _pause
 
-# int64 words of one helper's mailbox (a row of ``Pool.boxes``; 16 words: one cache line pair)
-POSTED, DONE, FN, ARGS, LO, HI, CLAIM, SLEEPING = range(8)
+# int64 words of one helper's mailbox (a row of ``Pool.boxes``; 16 words: one cache line pair):
+# TABLE is the address of the call's [n, 2] int64 block table, NEXT the address of its counter
+POSTED, DONE, FN, ARGS, TABLE, N_BLOCKS, CLAIM, SLEEPING, NEXT = range(9)
 BOX_WORDS = 16
-# words of the ``ctl`` array a split call passes to ``run_blocks``
-CTL_SEM_POST, CTL_YIELD, CTL_BUSY, CTL_SEMS, CTL_SEM_BYTES = range(5)
+# words of the ``ctl`` array a split call passes to ``run_blocks`` (CTL_NEXT: the block counter
+# of the call in progress, alone on its cache line; one split call runs at a time)
+CTL_SEM_POST, CTL_YIELD, CTL_BUSY, CTL_SEMS, CTL_SEM_BYTES, CTL_HELPERS = range(6)
+CTL_NEXT = 8
+CTL_WORDS = 16
 SEM_BYTES = 64  # room for a sem_t (32 bytes on x86-64 glibc)
 
 BLOCK_SIG = types.void(types.CPointer(types.int64), types.int64, types.int64)
@@ -81,6 +89,16 @@ def _claim(typingctx, addr):
         return builder.extract_value(pair, 1)
 
     return types.boolean(types.int64), codegen
+
+
+@intrinsic
+def _take(typingctx, addr):
+    """Atomically add one to the int64 at ``addr``; the value before (a block number to run)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.atomic_rmw("add", _ptr(builder, args[0]), _I64(1), "seq_cst")
+
+    return types.int64(types.int64), codegen
 
 
 @intrinsic
@@ -149,33 +167,50 @@ def helper_loop(box, sem, sem_wait, idle_rounds):
             _store(box + 8 * SLEEPING, 0)
             continue
         seen = posted
-        if _claim(box + 8 * CLAIM):
-            _call_block(_load(box + 8 * FN), _load(box + 8 * ARGS), _load(box + 8 * LO), _load(box + 8 * HI))
+        if _claim(box + 8 * CLAIM):  # joined: take blocks until none is left
+            _run_taken(_load(box + 8 * FN), _load(box + 8 * ARGS), _load(box + 8 * TABLE), _load(box + 8 * N_BLOCKS),
+                       _load(box + 8 * NEXT))
         _store(box + 8 * DONE, seen)
 
 
 @njit(nogil=True, inline="always")
+def _run_taken(fn, args, table, n, next_addr):
+    """Blocks of the [n, 2] table at ``table`` as the shared counter at ``next_addr`` hands them out."""
+    i = _take(next_addr)
+    while i < n:
+        row = table + 16 * i
+        _call_block(fn, args, _load(row), _load(row + 8))
+        i = _take(next_addr)
+
+
+@njit(nogil=True, inline="always")
 def run_blocks(boxes, ranges, fn, args, ctl):
-    """Block i >= 1 of ``ranges`` to helper i-1, block 0 here, then every block not claimed
-    yet here too, then wait for the helpers' blocks. Inline in each generated ``split``."""
+    """The blocks of ``ranges`` ([n, 2] int64, C-contiguous) shared by this thread and up to
+    n - 1 helpers (as many as the pool has started), each taking the next block not taken yet;
+    then wait for the helpers that joined. Which thread runs a block changes nothing in it (a
+    kernel that sums per block finds its block from ``lo``). Inline in each generated ``split``."""
     base = boxes.ctypes.data
     n = ranges.shape[0]
-    for i in range(1, n):
-        box = base + 8 * BOX_WORDS * (i - 1)
+    table = ranges.ctypes.data
+    next_addr = ctl.ctypes.data + 8 * CTL_NEXT
+    helpers = min(n - 1, ctl[CTL_HELPERS])
+    _store(next_addr, 0)
+    for i in range(helpers):
+        box = base + 8 * BOX_WORDS * i
         posted = _load(box + 8 * POSTED) + 1
         _store(box + 8 * FN, fn)
         _store(box + 8 * ARGS, args)
-        _store(box + 8 * LO, ranges[i, 0])
-        _store(box + 8 * HI, ranges[i, 1])
+        _store(box + 8 * TABLE, table)
+        _store(box + 8 * N_BLOCKS, n)
+        _store(box + 8 * NEXT, next_addr)
         _store(box + 8 * CLAIM, 0)
         _store(box + 8 * POSTED, posted)
         if _load(box + 8 * SLEEPING) != 0:
-            _call_c(ctl[CTL_SEM_POST], ctl[CTL_SEMS] + ctl[CTL_SEM_BYTES] * (i - 1))
-    _call_block(fn, args, ranges[0, 0], ranges[0, 1])
-    for i in range(1, n):
-        box = base + 8 * BOX_WORDS * (i - 1)
-        if _claim(box + 8 * CLAIM):  # not started: run it here
-            _call_block(fn, args, ranges[i, 0], ranges[i, 1])
+            _call_c(ctl[CTL_SEM_POST], ctl[CTL_SEMS] + ctl[CTL_SEM_BYTES] * i)
+    _run_taken(fn, args, table, n, next_addr)
+    for i in range(helpers):
+        box = base + 8 * BOX_WORDS * i
+        if _claim(box + 8 * CLAIM):  # never joined: struck off (every block is done)
             continue
         posted = _load(box + 8 * POSTED)
         rounds = 0
@@ -372,7 +407,7 @@ class Pool:
         # mailbox NumPy had freed could read a "post" from garbage and call through it.
         self.boxes = _forever(libc, (MAX_HELPERS, BOX_WORDS), np.int64)
         self.sems = _forever(libc, (MAX_HELPERS, SEM_BYTES), np.uint8)
-        self.ctl = np.zeros(8, np.int64)
+        self.ctl = np.zeros(CTL_WORDS, np.int64)
         self.ctl[CTL_SEM_POST] = _address(libc.sem_post)
         self.ctl[CTL_YIELD] = _address(libc.sched_yield)
         self.ctl[CTL_BUSY] = busy_rounds
@@ -391,6 +426,7 @@ class Pool:
             threading.Thread(target=helper_loop, args=(box, sem, sem_wait, self.idle_rounds),
                              name=f"caramba-native-{i + 1}", daemon=True).start()
             self.helpers += 1
+            self.ctl[CTL_HELPERS] = self.helpers
 
 
 def _forever(libc: ctypes.CDLL, shape: tuple[int, int], dtype: Any) -> np.ndarray:

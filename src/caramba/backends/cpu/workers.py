@@ -160,6 +160,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helpers_after_fork)
 
 
+# Blocks a split kernel is cut into per worker thread on the native helpers, which take the next
+# block as they free up: a helper that starts late (woken from sleep, or preempted) then costs
+# the call at most a block, not half of its work after the caller has finished its own half.
+BLOCKS_PER_THREAD = 4
+
+
 def blocks(n: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` contiguous ranges covering ``0..n`` (sizes differ by at most one)."""
     parts = max(1, min(parts, n))
@@ -178,15 +184,17 @@ def describe() -> str:
 
 
 def native_pool(parts: int) -> Any:
-    """The native helper pool (``native.py``) for calls split in ``parts`` blocks, or None where
-    it cannot run (no Numba, not Linux): callers then use ``run`` and these Python helpers."""
+    """The native helper pool (``native.py``) for calls split in ``parts`` blocks, with a helper
+    for each worker thread past this one (blocks beyond that are shared out as threads free up),
+    or None where it cannot run (no Numba, not Linux): callers then use ``run`` and these
+    Python helpers."""
     if parts < 2:
         return None
     try:
         from caramba.backends.cpu import native
     except ImportError:  # no Numba
         return None
-    return native.pool(parts - 1)
+    return native.pool(max(1, min(parts, count()) - 1))
 
 
 def run_native_call(call: Callable[[], Any], busy: Callable[[], Any]) -> Any:

@@ -109,8 +109,10 @@ def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hin
               parts: int | None = None) -> Any:
     """The callable for ``kernel``; a split kernel is run in row blocks on the cpu workers:
     the native helpers where they run (C-contiguous arrays), else the Python ones. ``parts``:
-    how many blocks (default: one per worker). When another split call holds the helpers, the
-    same blocks run here in turn, so a kernel that sums per block gives the same bits."""
+    how many blocks (default: ``workers.BLOCKS_PER_THREAD`` per worker on the native helpers,
+    which take blocks as they free up; one per worker on the Python ones). When another split
+    call holds the helpers, the same blocks run here in turn, so a kernel that sums per block
+    gives the same bits."""
     from caramba.backends.cpu import workers
 
     ranges = workers.blocks(kernel.split, parts or workers.count()) if kernel.split else []
@@ -124,10 +126,14 @@ def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hin
     run = workers.run
     if native is None:
         return lambda *arrays: run(lambda lo, hi: fn(*arrays, lo, hi), ranges)
-    split, block, table, run_native = native.split, native.block, np.array(ranges, np.int64), workers.run_native_call
+    # blocks sized for the workers (``parts``: the kernel sums per block) run in turn when the
+    # helpers are busy; otherwise the whole range is one call here
+    shared = ranges if parts else workers.blocks(kernel.split, workers.count() * workers.BLOCKS_PER_THREAD)
+    alone = ranges if parts else [(0, kernel.split)]
+    split, block, table, run_native = native.split, native.block, np.array(shared, np.int64), workers.run_native_call
 
     def in_turn(arrays):
-        for lo, hi in ranges:
+        for lo, hi in alone:
             fn(*arrays, lo, hi)
 
     def split_call(*arrays):
