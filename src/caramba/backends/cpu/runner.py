@@ -85,7 +85,7 @@ class CpuExecutable(Executable):
 
     def _run(self, inputs: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         host_in = {k: t.array for k, t in inputs.items()}  # type: ignore[attr-defined]
-        host_state = {k: t.array for k, t in state.items()}  # type: ignore[attr-defined]
+        host_state = {k: t.array for k, t in state.items()} if state else {}  # type: ignore[attr-defined]
         try:
             if _FP_IGNORE is not None:  # IEEE results (inf/nan) as every backend gives them
                 token = _FP_STATE.set(_FP_IGNORE)
@@ -110,7 +110,8 @@ class CpuExecutable(Executable):
             runner.state._values[name] = CpuTensor(np.asarray(host_state[name]), runner)
         for k in self._aliasing:  # an output that may be (a view of) state: freeze that state's array
             _freeze_shared(outs[k], host_state.values())
-        return {k: CpuTensor(np.asarray(v), runner) for k, v in outs.items()}
+        ndarray = np.ndarray  # kernels give arrays (NumPy scalars from a few: made 0-d arrays)
+        return {k: CpuTensor(v if type(v) is ndarray else np.asarray(v), runner) for k, v in outs.items()}
 
     def _call(self, host_in: dict[str, Any], host_state: dict[str, Any]) -> Any:
         if self._lock is None:
