@@ -231,7 +231,9 @@ def test_implementations_of_a_case_are_sampled_in_turns():
     assert "lost the device" in results[2].note
 
 
-def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget():
+def _sleepy_case(seconds):
+    """The Tiny case run by an implementation whose n-th call (from 1) sleeps ``seconds(n)``;
+    returns (its Result, the number of calls made)."""
     import time
 
     from benchmarks.harness import _run_case
@@ -241,38 +243,27 @@ def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget()
     inputs = w.inputs(case, np.random.default_rng(0))
     calls = []
 
-    def slow(c, i):
+    def sleepy(c, i):
         def run():
             calls.append(1)
-            time.sleep(0.06)  # > FAST.max_case_s / 4
+            time.sleep(seconds(len(calls)))
             return i["x"] * 2
         return Prepared(run)
 
-    (res,) = _run_case(w, case, [("slow", slow)], inputs, w.reference(case, inputs), FAST)
+    (res,) = _run_case(w, case, [("sleepy", sleepy)], inputs, w.reference(case, inputs), FAST)
+    return res, len(calls)
+
+
+def test_a_slow_implementation_is_sampled_without_warm_calls_within_its_budget():
+    res, calls = _sleepy_case(lambda n: 0.06)  # > FAST.max_case_s / 4
     # warm-up, the timed call and the second that confirms it slow, then 2 more timed calls
-    assert res.status == "ok" and res.samples == 3 and len(calls) == 1 + 2 + 2
+    assert res.status == "ok" and res.samples == 3 and calls == 1 + 2 + 2
 
 
 def test_one_slow_call_at_calibration_does_not_make_an_implementation_slow():
     """A pause in one calibration call (a collection, a page-in) is confirmed by a second call
     before the implementation is sampled as slow (few samples, no warm calls)."""
-    import time
-
-    from benchmarks.harness import _run_case
-
-    w = Tiny()
-    case = w.cases()[0]
-    inputs = w.inputs(case, np.random.default_rng(0))
-    calls = []
-
-    def once_slow(c, i):
-        def run():
-            calls.append(1)
-            time.sleep(0.06 if len(calls) == 2 else 0.001)  # the first timed call pauses
-            return i["x"] * 2
-        return Prepared(run)
-
-    (res,) = _run_case(w, case, [("once", once_slow)], inputs, w.reference(case, inputs), FAST)
+    res, _ = _sleepy_case(lambda n: 0.06 if n == 2 else 0.001)  # the first timed call pauses
     assert res.status == "ok" and res.samples == FAST.samples and res.median_s < 0.01
 
 
