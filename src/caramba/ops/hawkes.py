@@ -333,9 +333,12 @@ def simulate_numpy(mu, alpha, beta, events: int, seed: int, key: Any = None) -> 
     r = np.zeros(alpha.shape, dtype=dt)
     t = dt.type(0)
     n, c, chunk = 0, 0, np.empty(0)
-    lam = mu + np.sum(ab * r, axis=(-2, -1))
+    # np.add.reduce / accumulate: the reductions np.sum and np.cumsum call (the same bits)
+    # without their Python wrappers, which were half of a 20,000-event dataset's 2 s
+    add, axes = np.add, (-2, -1)
+    lam = mu + add.reduce(ab * r, axis=axes)
     while n < events:
-        bar = np.sum(lam)
+        bar = add.reduce(lam)
         if not bar > 0 or not np.isfinite(bar):
             break
         j = c % 2048
@@ -346,15 +349,15 @@ def simulate_numpy(mu, alpha, beta, events: int, seed: int, key: Any = None) -> 
         w = -np.log1p(-u1) / bar
         t = t + w
         r = r * np.exp(-beta * w)
-        lam = mu + np.sum(ab * r, axis=(-2, -1))
-        cum = np.cumsum(lam)
+        lam = mu + add.reduce(ab * r, axis=axes)
+        cum = add.accumulate(lam)
         level = u2 * bar
         if level < cum[-1]:
             mark = int(np.sum(cum <= level))
             mark = min(mark, m - 1)
             times[n], marks[n] = t, mark
             r[:, mark, :] += 1.0
-            lam = mu + np.sum(ab * r, axis=(-2, -1))
+            lam = mu + add.reduce(ab * r, axis=axes)
             n += 1
     return times, marks
 
