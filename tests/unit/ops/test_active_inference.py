@@ -31,12 +31,10 @@ TOL = 1e-10
 def pymdp():
     """pymdp, imported under x64: its ``MINVAL = jnp.finfo(float).eps`` is fixed at import time
     and is float32's eps (1.2e-7, which then shows up at 1e-7 in G) when x64 is off."""
-    import sys
-
-    if "pymdp" not in sys.modules:
-        with jax.enable_x64(True):
-            import pymdp.control
-            import pymdp.maths
+    with jax.enable_x64(True):  # no-ops for what is imported already; algos too (another test
+        import pymdp.algos  # may have imported pymdp without it: "no attribute 'algos'")
+        import pymdp.control
+        import pymdp.maths
     import pymdp
 
     assert pymdp.maths.MINVAL == np.finfo(np.float64).eps, "pymdp was imported without x64 before this test"
