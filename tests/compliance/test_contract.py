@@ -202,6 +202,46 @@ def test_inputs_are_checked_after_good_runs_too(backend):
         other.close()
 
 
+def test_stateless_reruns_are_checked_too(backend):
+    # A graph without state rerun on the same tensors may go straight to its kernels (cpu):
+    # another feed after good runs is refused as on a first run, and each run's outputs are
+    # its own (an earlier result is not overwritten by a later run).
+    r, other = compute.new(backend), compute.new(backend)
+    try:
+        d = _float_for(r, "math.exp")
+        with ir.Graph("pure") as g:
+            x = g.input("x", (3, 4), d)
+            g.output("y", ops.exp(x))
+        exe = r.compile(g)
+        x0 = r.upload(np.zeros((3, 4), d.numpy))
+        first = [exe.run({"x": x0})["y"] for _ in range(3)]
+        assert len({id(t) for t in first}) == 3
+        refused = [
+            ({"x": other.upload(np.zeros((3, 4), d.numpy))}, TransferError, "input 'x' lives on another .* runner"),
+            ({"x": np.zeros((3, 4), d.numpy)}, TransferError, "not a tensor"),
+            ({"x": r.upload(np.zeros((4, 3), d.numpy))}, GraphError, "\\[3,4\\]"),
+            ({"x": x0, "z": x0}, GraphError, "unexpected \\['z'\\]"),
+            ({}, GraphError, "missing \\['x'\\]"),
+            (None, GraphError, "missing \\['x'\\]"),
+        ]
+        for feed, error, match in refused:
+            with pytest.raises(error, match=match):
+                exe.run(feed)
+        x1 = r.upload(np.ones((3, 4), d.numpy))
+        later = exe.run({"x": x1})["y"]
+        again = exe.run({"x": x1})["y"]
+        for t in first:
+            np.testing.assert_array_equal(t.download(), np.ones((3, 4)))
+        np.testing.assert_allclose(later.download(), np.full((3, 4), np.e), rtol=1e-6)
+        np.testing.assert_array_equal(again.download(), later.download())
+        r.close()
+        with pytest.raises(RunnerClosed):
+            exe.run({"x": x1})
+    finally:
+        r.close()
+        other.close()
+
+
 def test_outputs_are_resident_tensors(runner):
     out = _run(runner, _gelu_for(runner), x=np.ones((3, 4)))
     assert set(out) == {"y"}
