@@ -3,6 +3,8 @@ definitions written once in ``caramba.ops.{fft, vsa, hawkes}``, run with ``xp = 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from caramba.backends.cpu.kernels import kernel
@@ -61,7 +63,44 @@ def _inverse_permute(node, ins):
 
 @kernel("vsa.similarity", FLOAT)
 def _similarity(node, ins):
-    return lambda a, b: np.asarray(vsa.similarity_xp(a, b, np))
+    """``vsa.similarity_xp``, except that where the operands broadcast against each other (an
+    estimate [B, R, 1, D] against a codebook [S, D]: the resonator's cleanup), the dot products
+    are one ``einsum`` whose operands keep only their own axes, a [B·R, D] x [D, S] product on
+    BLAS, instead of a [B, R, S, D] temporary (the resonator example: 256 MB and 0.1 s a call,
+    94 calls). The norms are the definition's, only the order of the dot's sums differs."""
+    a_t, b_t = ins
+    plan = _dot_plan(a_t.shape, b_t.shape)
+    if plan is None:
+        return lambda a, b: np.asarray(vsa.similarity_xp(a, b, np))
+    subscripts, a_shape, b_shape, lead = plan
+
+    def similarity(a, b):
+        dot = np.einsum(subscripts, a.reshape(a_shape), b.reshape(b_shape), optimize=True).reshape(lead)
+        den = np.sqrt(np.sum(a * a, axis=-1) * np.sum(b * b, axis=-1))
+        safe = np.where(den > 0, den, np.ones_like(den))
+        return np.asarray(np.where(den > 0, dot / safe, np.zeros_like(dot)))
+
+    return similarity
+
+
+_LABELS = "abcdefghijklmnopqrstuvwxy"  # z: the contracted axis
+BROADCAST_DOT_MIN = 1 << 16  # multiply-adds below which the broadcast product of the definition is as fast
+
+
+def _dot_plan(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(einsum subscripts, a's and b's shapes without their size-1 leading axes, the output's
+    shape) for the last-axis dot products of ``a`` and ``b`` broadcast together; None where
+    nothing is broadcast (each operand already has the output's leading shape) or the work is small."""
+    lead = np.broadcast_shapes(a[:-1], b[:-1])
+    n = len(lead)
+    if n > len(_LABELS) or a[:-1] == b[:-1] or math.prod(lead) * a[-1] < BROADCAST_DOT_MIN:
+        return None
+    a_full, b_full = (1,) * (n - len(a) + 1) + a[:-1], (1,) * (n - len(b) + 1) + b[:-1]
+    keep_a = [i for i in range(n) if a_full[i] != 1]
+    keep_b = [i for i in range(n) if b_full[i] != 1]
+    out = [i for i in range(n) if lead[i] != 1]
+    subs = "".join(_LABELS[i] for i in keep_a) + "z," + "".join(_LABELS[i] for i in keep_b) + "z->" + "".join(_LABELS[i] for i in out)
+    return (subs, tuple(a_full[i] for i in keep_a) + (a[-1],), tuple(b_full[i] for i in keep_b) + (b[-1],), lead)
 
 
 # ---- hawkes -------------------------------------------------------------------------------
