@@ -94,3 +94,26 @@ def test_unify_dims_binds_symbols_and_names_mismatches():
         unify_dims({"x": ["batch", "seq"], "y": ["batch", "seq"]}, {"x": (4, 16), "y": (4, 8)})
     with pytest.raises(DataError, match=r"input 'x' is declared \['batch', 64\] but the data gives shape \[4, 63\]"):
         unify_dims({"x": ["batch", 64]}, {"x": (4, 63)})
+
+
+def test_bundled_and_simulated_data_are_made_once_per_process_and_each_dataset_owns_its_arrays():
+    from caramba.data import sources
+
+    hawkes = {"source": "hawkes", "mu": [0.4, 0.2], "alpha": [[[0.3], [0.1]], [[0.2], [0.3]]],
+              "beta": [[[2.0], [2.0]], [[2.0], [2.0]]], "n": 4, "events": 50, "seed": 11}
+    for spec, cached in (({"source": "sklearn", "name": "digits"}, sources._sklearn_table),
+                         ({"source": "sklearn", "name": "iris", "scale": False}, sources._sklearn_table),
+                         (hawkes, sources._hawkes_sequences)):
+        cached.cache_clear()
+        a, b = load_dataset("d", spec), load_dataset("d", spec)
+        assert cached.cache_info().hits == 1 and cached.cache_info().misses == 1
+        for split in ("train", "test"):
+            for k, v in a.arrays(split).items():
+                assert v.flags.writeable and not np.shares_memory(v, b.arrays(split)[k])
+                np.testing.assert_array_equal(v, b.arrays(split)[k])
+                v[...] = 0  # a dataset's arrays are its own: the next load is unchanged
+        c = load_dataset("d", spec)
+        np.testing.assert_array_equal(c.arrays("train")[next(iter(c.fields))], b.arrays("train")[next(iter(b.fields))])
+    other = load_dataset("d", dict(hawkes, seed=12))  # other parameters: simulated anew
+    assert sources._hawkes_sequences.cache_info().misses == 2
+    assert not np.array_equal(other.arrays("train")["times"], b.arrays("train")["times"])
