@@ -84,6 +84,40 @@ def test_helpers_run_blocks_in_parallel_without_the_gil():
     assert (flags == 1).all() and time.perf_counter() - t0 < 5
 
 
+def _last_cpu(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])  # field 39: the CPU it last ran on
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move between")
+def test_a_helper_on_its_callers_cpu_moves_off_it_and_keeps_its_cpus():
+    """The scheduler may stack a helper on its caller's CPU (then each gets half a core); the
+    helper moves itself off, and may still use every CPU it could before."""
+    import threading
+
+    pool = native.pool(1)
+    helper = next(t.native_id for t in threading.enumerate() if t.name == "caramba-native-1")
+    allowed = os.sched_getaffinity(0)
+    here = threading.get_native_id()
+    cpu = min(allowed)
+    counts = np.zeros(4, np.int64)
+    try:
+        os.sched_setaffinity(here, {cpu})
+        os.sched_setaffinity(helper, {cpu})  # stacked
+        for _ in range(50):
+            _run(pool, counts, workers.blocks(4, 4))  # posts from `cpu`
+        deadline = time.monotonic() + 5
+        while (os.sched_getaffinity(helper) != allowed or _last_cpu(helper) == cpu) and time.monotonic() < deadline:
+            _run(pool, counts, workers.blocks(4, 4))
+            time.sleep(0.0001)
+        assert os.sched_getaffinity(helper) == allowed  # its own CPUs again, not narrowed for good
+        assert _last_cpu(helper) != cpu
+        assert (counts == counts[0]).all()
+    finally:
+        os.sched_setaffinity(here, allowed)
+        os.sched_setaffinity(helper, allowed)
+
+
 @pytest.mark.skipif(blas.cblas_gemm() is None, reason="NumPy's BLAS is not an ILP64 OpenBLAS")
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])

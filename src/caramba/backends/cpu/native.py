@@ -41,14 +41,17 @@ from caramba.backends.cpu.spin import _load_acquire, _pause
 
 # int64 words of one helper's mailbox (a row of ``Pool.boxes``; 16 words: one cache line pair):
 # TABLE is the address of the call's [n, 2] int64 block table, NEXT the address of its counter
-POSTED, DONE, FN, ARGS, TABLE, N_BLOCKS, CLAIM, SLEEPING, NEXT = range(9)
+# CALLER_CPU the CPU the posting thread ran on (a helper on the same CPU sleeps instead of spinning)
+POSTED, DONE, FN, ARGS, TABLE, N_BLOCKS, CLAIM, SLEEPING, NEXT, CALLER_CPU = range(10)
 BOX_WORDS = 16
 # words of the ``ctl`` array a split call passes to ``run_blocks`` (CTL_NEXT: the block counter
 # of the call in progress, alone on its cache line; one split call runs at a time)
-CTL_SEM_POST, CTL_YIELD, CTL_BUSY, CTL_SEMS, CTL_SEM_BYTES, CTL_HELPERS = range(6)
+CTL_SEM_POST, CTL_YIELD, CTL_BUSY, CTL_SEMS, CTL_SEM_BYTES, CTL_HELPERS, CTL_GETCPU = range(7)
 CTL_NEXT = 8
 CTL_WORDS = 16
 SEM_BYTES = 64  # room for a sem_t (32 bytes on x86-64 glibc)
+CPU_CHECK_ROUNDS = 64  # idle spin rounds between two looks at which CPU the helper is on (~30 ns a look)
+MASK_WORDS = 16  # a cpu_set_t (1,024 CPUs) as int64 words
 
 BLOCK_SIG = types.void(types.CPointer(types.int64), types.int64, types.int64)
 
@@ -128,6 +131,17 @@ def _call_c(typingctx, fn, arg):
     return types.none(types.int64, types.int64), codegen
 
 
+@intrinsic
+def _call_int(typingctx, fn):
+    """Call the C function at ``fn`` as ``int f(void)`` (sched_getcpu); its result as int64."""
+
+    def codegen(context, builder, signature, a):
+        fnty = llir.FunctionType(llir.IntType(32), [])
+        return builder.sext(builder.call(builder.inttoptr(a[0], fnty.as_pointer()), []), _I64)
+
+    return types.int64(types.int64), codegen
+
+
 def _pointer_intrinsic(nb_type):
     @intrinsic
     def as_pointer(typingctx, addr):
@@ -148,17 +162,64 @@ ptr_int32 = _pointer_intrinsic(types.int32)
 ptr_bool = _pointer_intrinsic(types.boolean)
 
 
+@intrinsic
+def _set_affinity(typingctx, fn, mask):
+    """Call ``sched_setaffinity(0, MASK_WORDS * 8, mask)`` (this thread) at the address ``fn``."""
+
+    def codegen(context, builder, signature, a):
+        i32, i8p = llir.IntType(32), llir.IntType(8).as_pointer()
+        fnty = llir.FunctionType(i32, [i32, _I64, i8p])
+        target = builder.inttoptr(a[0], fnty.as_pointer())
+        builder.call(target, [i32(0), _I64(8 * MASK_WORDS), builder.inttoptr(a[1], i8p)])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
+
+
+@njit(nogil=True, inline="always")
+def _move_off(cpu, set_affinity, allowed, scratch):
+    """Move this thread off ``cpu`` now: its allowed CPUs less that one (the kernel migrates it
+    before the call returns), then all of them again. False where it may use no other CPU."""
+    if cpu < 0 or cpu >= 64 * MASK_WORDS:
+        return False
+    other = 0
+    for w in range(MASK_WORDS):
+        v = _load(allowed + 8 * w)
+        if w == cpu // 64:
+            v &= ~(1 << (cpu % 64))
+        _store(scratch + 8 * w, v)
+        other |= v
+    if other == 0:
+        return False
+    _set_affinity(set_affinity, scratch)
+    _set_affinity(set_affinity, allowed)
+    return True
+
+
 @njit(nogil=True, cache=True)
-def helper_loop(box, sem, sem_wait, idle_rounds):
+def helper_loop(box, sem, sem_wait, getcpu, set_affinity, allowed, scratch, idle_rounds):
     """A helper's life: wait for a post (spin, then sleep on ``sem``), run the block if it can
-    still claim it, report it done. Never returns."""
+    still claim it, report it done. Never returns.
+
+    A helper that finds itself on the CPU its caller last posted from moves off it (``_move_off``:
+    ``allowed`` is the address of the CPUs it may use, a cpu_set_t of ``MASK_WORDS`` words,
+    ``scratch`` its own room for another). The scheduler stacks the two on one core: a helper
+    woken by the caller lands on the caller's CPU when the scheduler's idle search is cut short
+    (a busy LLC), and a thread that keeps running is not moved off a busy core for tens of ms.
+    Stacked, a spinning helper took half the caller's time and a split call ran at half its
+    one-thread speed, the other core idle (softmax [4,8,32,128]: 300 -> 450-700 µs for whole
+    20 ms samples). Where it may use no other CPU, it sleeps instead, leaving the caller the core."""
     seen = 0
     while True:
         posted = seen
-        for _ in range(idle_rounds):
+        for k in range(idle_rounds):
             posted = _load_acquire(box + 8 * POSTED)
             if posted != seen:
                 break
+            if k % CPU_CHECK_ROUNDS == 0:
+                cpu = _call_int(getcpu)
+                if cpu == _load(box + 8 * CALLER_CPU) and not _move_off(cpu, set_affinity, allowed, scratch):
+                    break  # nowhere else to go: sleep (posted == seen)
             _pause()
         if posted == seen:
             _store(box + 8 * SLEEPING, 1)
@@ -168,6 +229,9 @@ def helper_loop(box, sem, sem_wait, idle_rounds):
             continue
         seen = posted
         if _claim(box + 8 * CLAIM):  # joined: take blocks until none is left
+            cpu = _call_int(getcpu)
+            if cpu == _load(box + 8 * CALLER_CPU):  # woken onto the caller's CPU: run beside it, not in turn
+                _move_off(cpu, set_affinity, allowed, scratch)
             _run_taken(_load(box + 8 * FN), _load(box + 8 * ARGS), _load(box + 8 * TABLE), _load(box + 8 * N_BLOCKS),
                        _load(box + 8 * NEXT))
         _store(box + 8 * DONE, seen)
@@ -195,9 +259,11 @@ def run_blocks(boxes, ranges, fn, args, ctl):
     next_addr = ctl.ctypes.data + 8 * CTL_NEXT
     helpers = min(n - 1, ctl[CTL_HELPERS])
     _store(next_addr, 0)
+    cpu = _call_int(ctl[CTL_GETCPU]) if helpers > 0 else -1
     for i in range(helpers):
         box = base + 8 * BOX_WORDS * i
         posted = _load(box + 8 * POSTED) + 1
+        _store(box + 8 * CALLER_CPU, cpu)
         _store(box + 8 * FN, fn)
         _store(box + 8 * ARGS, args)
         _store(box + 8 * TABLE, table)
@@ -413,6 +479,13 @@ class Pool:
         self.ctl[CTL_BUSY] = busy_rounds
         self.ctl[CTL_SEMS] = self.sems.ctypes.data
         self.ctl[CTL_SEM_BYTES] = SEM_BYTES
+        self.ctl[CTL_GETCPU] = _address(libc.sched_getcpu)
+        self.boxes[:, CALLER_CPU] = -1  # no caller yet
+        # row MAX_HELPERS: the CPUs this process may use; row i: helper i's room for another set
+        self.masks = _forever(libc, (MAX_HELPERS + 1, MASK_WORDS), np.int64)
+        for cpu in os.sched_getaffinity(0):
+            if cpu < 64 * MASK_WORDS:
+                self.masks[MAX_HELPERS].view(np.uint64)[cpu // 64] |= np.uint64(1 << (cpu % 64))
         self.helpers = 0
 
     def ensure(self, helpers: int) -> None:
@@ -423,7 +496,8 @@ class Pool:
             box, sem = self.boxes[i].ctypes.data, self.sems[i].ctypes.data
             if self.libc.sem_init(ctypes.c_void_p(sem), 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "sem_init failed")
-            threading.Thread(target=helper_loop, args=(box, sem, sem_wait, self.idle_rounds),
+            affinity = (_address(self.libc.sched_setaffinity), self.masks[MAX_HELPERS].ctypes.data, self.masks[i].ctypes.data)
+            threading.Thread(target=helper_loop, args=(box, sem, sem_wait, self.ctl[CTL_GETCPU], *affinity, self.idle_rounds),
                              name=f"caramba-native-{i + 1}", daemon=True).start()
             self.helpers += 1
             self.ctl[CTL_HELPERS] = self.helpers
@@ -452,9 +526,10 @@ def _libc() -> ctypes.CDLL | None:
     if os.uname().sysname != "Linux":  # unnamed POSIX semaphores: Linux only (macOS lacks sem_init)
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
+    return libc if hasattr(libc, "sched_getcpu") and hasattr(libc, "sched_setaffinity") else None  # glibc, musl
 
 
 def pool(helpers: int) -> Pool | None:
