@@ -156,8 +156,10 @@ def permute_xp(x: Any, shift: int, xp: Any = np) -> Any:
     return xp.roll(x, shift, axis=-1)
 
 
-def similarity_xp(a: Any, b: Any, xp: Any = np) -> Any:
-    dot = xp.sum(a * b, axis=-1)
+def similarity_xp(a: Any, b: Any, xp: Any = np, dot: Any = None) -> Any:
+    """``dot``: the last-axis dot products where a backend computed them its own way."""
+    if dot is None:
+        dot = xp.sum(a * b, axis=-1)
     den = xp.sqrt(xp.sum(a * a, axis=-1) * xp.sum(b * b, axis=-1))
     safe = xp.where(den > 0, den, xp.ones_like(den))
     return xp.where(den > 0, dot / safe, xp.zeros_like(dot))

@@ -76,9 +76,7 @@ def _similarity(node, ins):
 
     def similarity(a, b):
         dot = np.einsum(subscripts, a.reshape(a_shape), b.reshape(b_shape), optimize=True).reshape(lead)
-        den = np.sqrt(np.sum(a * a, axis=-1) * np.sum(b * b, axis=-1))
-        safe = np.where(den > 0, den, np.ones_like(den))
-        return np.asarray(np.where(den > 0, dot / safe, np.zeros_like(dot)))
+        return np.asarray(vsa.similarity_xp(a, b, np, dot))
 
     return similarity
 
