@@ -249,7 +249,7 @@ class Registry:
     """All assets by ID. ``get(op)`` raises a ManifestError-ready message for unknown IDs."""
 
     def __init__(self, assets: Mapping[str, Asset], root: Path | None = None) -> None:
-        self.assets = dict(assets)
+        self.assets = assets if isinstance(assets, LazyAssets) else dict(assets)
         self.root = root
 
     def __contains__(self, op: str) -> bool:
@@ -381,7 +381,7 @@ def registry_for(dirs: "list[tuple[Path, str]] | list[Path]") -> Registry:
     reg = _COMBINED.get(ckey)
     if reg is not None:
         return reg
-    combined = dict(base.assets)
+    combined = base.assets.extended() if isinstance(base.assets, LazyAssets) else dict(base.assets)
     for _, assets in loaded:
         for op, a in assets.items():
             other = combined.get(op)
@@ -501,20 +501,82 @@ def _user_display(path: Path) -> str:
         return str(path)
 
 
+class LazyAssets(Mapping[str, Asset]):
+    """Packaged assets by ID, each parsed when first asked for.
+
+    A run uses a handful of the ~170 packaged assets, and parsing one into located nodes costs
+    ~3 ms (the whole set was ~0.5 s of every process's start). The IDs come from each file's
+    top-level ``op:`` line; a file whose line does not say it plainly is parsed at once. A parsed
+    asset must have the ID and the kind (its folder) it was indexed under, so the index cannot
+    say something the file does not."""
+
+    def __init__(self, entries: dict[str, "Asset | tuple[Path, str, str]"], parent: "LazyAssets | None" = None) -> None:
+        self._entries = entries  # op -> Asset, or (path, display, kind) not parsed yet
+        self._parent = parent  # a registry extended from this one parses through it (one cache)
+
+    def __getitem__(self, op: str) -> Asset:
+        e = self._entries[op]
+        if isinstance(e, Asset):
+            return e
+        if self._parent is not None and op in self._parent:
+            a = self._parent[op]
+        else:
+            path, display, kind = e
+            a = _checked(load_asset(path, display), kind, op)
+        self._entries[op] = a
+        return a
+
+    def __setitem__(self, op: str, asset: Asset) -> None:
+        self._entries[op] = asset
+
+    def __contains__(self, op: object) -> bool:
+        return op in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def extended(self) -> "LazyAssets":
+        """A copy to add assets to; what it parses of these is parsed (and kept) here too."""
+        return LazyAssets(dict(self._entries), self)
+
+
+_OP_LINE = re.compile(r"^op:[ \t]*([A-Za-z0-9_.\-]+)[ \t]*(?:#.*)?$", re.M)
+
+
+def _checked(a: Asset, kind: str, op: str | None = None) -> Asset:
+    if op is not None and a.op != op:
+        raise ManifestError(f"asset file {a.file} was indexed as '{op}' but its op is '{a.op}'", loc=Loc(a.file, 1, 1),
+                            hint="write the ID on one top-level line: op: family.name")
+    if a.kind != kind:
+        raise ManifestError(f"asset '{a.op}' of kind {a.kind} lives under {kind}/", loc=Loc(a.file, 1, 1))
+    return a
+
+
 def load_registry(root: Path, extra: Mapping[str, Asset] | None = None) -> Registry:
-    assets: dict[str, Asset] = {}
+    """The assets under ``root`` (``<kind>/<name>.yml``), parsed as they are used (LazyAssets)."""
+    entries: dict[str, Asset | tuple[Path, str, str]] = {}
+    files: dict[str, str] = {}
     for path in sorted(root.rglob("*.y*ml")):
         rel = path.relative_to(root)
         if rel.parts[0] == "fragment" or path.suffix not in (".yml", ".yaml"):
             continue
-        a = load_asset(path, asset_display(path, root))
-        if a.op in assets:
-            raise ManifestError(f"asset '{a.op}' defined twice ({assets[a.op].file} and {a.file})", loc=Loc(a.file, 1, 1))
-        if a.kind != rel.parts[0]:
-            raise ManifestError(f"asset '{a.op}' of kind {a.kind} lives under {rel.parts[0]}/", loc=Loc(a.file, 1, 1))
-        assets[a.op] = a
-    assets.update(extra or {})
-    return Registry(assets, root)
+        display = asset_display(path, root)
+        text = path.read_text(encoding="utf-8")
+        ids = _OP_LINE.findall(text)
+        if len(ids) == 1:
+            op, entry = ids[0], (path, display, rel.parts[0])
+        else:  # not plainly on one line: parse it now
+            a = _checked(load_asset(path, display, text=text), rel.parts[0])
+            op, entry = a.op, a
+        if op in files:
+            raise ManifestError(f"asset '{op}' defined twice ({files[op]} and {display})", loc=Loc(display, 1, 1))
+        files[op] = display
+        entries[op] = entry
+    entries.update(extra or {})
+    return Registry(LazyAssets(entries), root)
 
 
 def asset_display(path: Path, root: Path) -> str:
@@ -666,5 +728,5 @@ def _load_architecture(tree: Y, display: str, text: str) -> Asset:
                  text=text, spec=spec)
 
 
-__all__ = ["ASSET_PATH_ENV", "BUILTIN", "KINDS", "MAX_ASSET_BYTES", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "template_text", "coerce", "builtin_registry", "load_registry", "manifest_assets", "registry", "registry_for", "search_path",
+__all__ = ["ASSET_PATH_ENV", "BUILTIN", "KINDS", "MAX_ASSET_BYTES", "MAX_CONFIG_INT", "Asset", "ConfigField", "Interval", "Port", "Registry", "asset_display", "asset_root", "LazyAssets", "template_text", "coerce", "builtin_registry", "load_registry", "manifest_assets", "registry", "registry_for", "search_path",
            "set_manifest_assets"]

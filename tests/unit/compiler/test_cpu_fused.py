@@ -396,3 +396,27 @@ def test_fusion_checks_every_input_dtype_of_a_softmax_prologue():
     out, report = compile_for(g, floats_only, "cpu")  # must not raise: the softmax stays unfused
     assert not any(n.op == "fused.softmax" for n in out.nodes)
     assert any("fused.softmax for bool" in d for s_ in report.stages for d in s_.diagnostics)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_program_over_scalars_runs_on_the_reference_kernels(runner, dtype, monkeypatch):
+    """A fused program whose every value is 0-d (a clip factor: norm, sqrt, divide, compare,
+    select) is run step by step on the cpu reference kernels: nothing is compiled for it, and
+    its bits are the unfused graph's, NaN and infinities included."""
+    from caramba.backends.cpu.fused import jit
+
+    with caramba.Graph("clip") as g:
+        a, b = g.input("a", (), dtype), g.input("b", (), dtype)
+        norm = ops.sqrt(a * a + b * b)
+        scale = 1.0 / (norm + 1e-6)
+        g.output("o", ops.where(scale < 1.0, scale, ops.exp(-ops.abs(b))) * 2.0)
+    monkeypatch.setattr(jit, "load", lambda *a, **k: pytest.fail("a 0-d program compiled a kernel"))
+    exe = runner.compile(g)
+    assert [n.op for n in exe.graph.nodes if n.op.startswith("fused.")] == ["fused.elementwise"]
+    for va, vb in [(3.0, 4.0), (0.1, -0.2), (0.0, 0.0), (np.nan, 1.0), (np.inf, 2.0), (-1e30, 7.5), (2.0, -np.inf)]:
+        inputs = {"a": np.array(va, dtype), "b": np.array(vb, dtype)}
+        got = run(runner, g, inputs)["o"]
+        want = unoptimized(runner, g, inputs)["o"]
+        assert got.dtype == want.dtype == np.dtype(dtype) and got.shape == ()
+        assert got.tobytes() == want.tobytes(), (va, vb, got, want)

@@ -83,3 +83,50 @@ def test_summary_lists_ports_and_typed_config():
     assert s["inputs"][0]["name"] == "x" and s["outputs"][0]["name"] == "y"
     cfg = {c["name"]: c for c in s["config"]}
     assert cfg["out_features"]["required"] and cfg["bias"]["default"] is True and cfg["in_features"]["type"] == "int?"
+
+
+def test_the_lazy_index_says_what_each_packaged_file_says():
+    """Packaged assets are indexed by their ``op:`` line and parsed on first use: every ID and
+    kind in the index is what parsing the file gives, and nothing is parsed before it is used."""
+    from caramba.manifest.registry import asset_display, asset_root, load_asset, load_registry
+
+    root = asset_root()
+    reg = load_registry(root)
+    assert not any(reg.assets._entries[op].__class__.__name__ == "Asset" for op in reg)  # nothing parsed yet
+    eager = {}
+    for path in sorted(root.rglob("*.yml")):
+        rel = path.relative_to(root)
+        if rel.parts[0] != "fragment":
+            a = load_asset(path, asset_display(path, root))
+            eager[a.op] = (a.kind, rel.parts[0], a.text)
+    assert sorted(eager) == sorted(reg)
+    for op, (kind, folder, text) in eager.items():
+        a = reg.get(op)
+        assert (a.op, a.kind, a.text) == (op, kind, text) and kind == folder
+
+
+def test_a_file_that_is_not_what_its_op_line_says_is_refused(tmp_path):
+    """The index cannot disagree with the file: an ``op:`` line the YAML does not mean (inside a
+    quoted string; the real key written quoted) fails when the asset is used, naming the file; a
+    file whose kind is not its folder's too. A file without one plain ``op:`` line is parsed at
+    once (two of them: its duplicate key is reported when the registry is loaded)."""
+    from caramba.manifest.registry import load_registry
+
+    body = "kind: operation\ndescription: d\nir: math.add\ninputs: [a, b]\n"
+    ops = tmp_path / "a" / "operation"
+    ops.mkdir(parents=True)
+    (ops / "plain.yml").write_text("op: my.plain\n" + body)
+    (ops / "quoted.yml").write_text('op: "my.quoted"\n' + body)
+    (ops / "hidden.yml").write_text('"op": my.real\nkind: operation\nir: math.add\ndescription: "text\nop: my.fake\n more"\n')
+    (ops / "misfiled.yml").write_text("op: my.misfiled\n" + body.replace("kind: operation", "kind: optimizer"))
+    reg = load_registry(tmp_path / "a")
+    assert reg.get("my.plain").op == "my.plain" and reg.get("my.quoted").op == "my.quoted"
+    with pytest.raises(ManifestError, match="hidden.yml was indexed as 'my.fake' but its op is 'my.real'"):
+        reg.get("my.fake")
+    with pytest.raises(ManifestError, match="of kind optimizer lives under operation/"):
+        reg.get("my.misfiled")
+    twice = tmp_path / "b" / "operation"
+    twice.mkdir(parents=True)
+    (twice / "twice.yml").write_text("op: my.one\n" + body + "op: my.two\n")
+    with pytest.raises(ManifestError, match="duplicate key 'op'"):
+        load_registry(tmp_path / "b")

@@ -166,7 +166,7 @@ def _hints(graph: Graph, writes_out: frozenset[str]) -> dict[Ref, tuple[bool, bo
     hints: dict[Ref, tuple[bool, bool]] = {}
     for node in graph.nodes:
         ins = [hints[r] for r in node.inputs]
-        if node.op in ("graph.input", "graph.constant", "state.read"):
+        if node.op in ("graph.input", "graph.constant", "state.read", "shape.iota"):  # iota: a read-only constant
             h = (True, True)
         elif node.op in writes_out or not node.op.startswith("shape."):
             h = (True, False)

@@ -148,8 +148,49 @@ def _compiled(kernel, in_types: list[ValueType], out_types: list[ValueType], hin
 def _elementwise(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:
     from . import codegen
 
-    k = codegen.elementwise(F.decode_expr(node.attrs["expr"]), list(ins), node.types[0])
+    expr = F.decode_expr(node.attrs["expr"])
+    if node.types[0].rank == 0 and all(t.rank == 0 for t in ins):
+        stepped = _scalar_steps(expr, ins)
+        if stepped is not None:
+            return stepped
+    k = codegen.elementwise(expr, list(ins), node.types[0])
     return _compiled(k, list(ins), list(node.types), hints)
+
+
+def _scalar_steps(expr: F.Expr, ins: tuple[ValueType, ...]) -> Callable[..., None] | None:
+    """A program over scalars (every value 0-d: a gradient norm's clip factor, a schedule's
+    learning rate) run step by step on the cpu reference kernels, as the unfused graph would
+    be: the same bits, and no kernel to compile (a Numba compile is ~0.1-0.5 s; these steps
+    cost ~1 µs each). None if a step has no reference kernel for its types."""
+    from caramba.backends.cpu.kernels import DTYPES, KERNELS
+    from caramba.ir.graph import Ref
+
+    types = F.expr_types("fused.elementwise", ins, expr)
+    slot = {k: k for k in range(len(ins))}
+    plan: list[tuple[Callable[..., Any], tuple[int, ...]]] = []
+    for s in expr.steps:
+        t = types[s.id]
+        args = tuple(slot[a] for a in s.args)
+        arg_types = tuple(ins[a] if isinstance(a, int) else types[a] for a in s.args)
+        if s.op == "graph.constant":
+            value = np.asarray(s.attrs["value"], t.dtype.numpy).reshape(t.shape)
+            kern: Callable[..., Any] = lambda value=value: value
+        elif s.op in KERNELS and {a.dtype for a in (*arg_types, t)} <= DTYPES[s.op]:  # as lower.py checks a node
+            step_node = Node(s.id, s.op, tuple(Ref(f"in{j}", 0) for j in range(len(args))), s.attrs, (t,), s.version)
+            kern = KERNELS[s.op](step_node, arg_types)
+        else:
+            return None
+        slot[s.id] = len(ins) + len(plan)
+        plan.append((kern, args))
+    result = slot[expr.out]
+
+    def run(*arrays: np.ndarray) -> None:
+        values = list(arrays[:-1])
+        for kern, args in plan:
+            values.append(kern(*[values[j] for j in args]))
+        arrays[-1][()] = values[result]
+
+    return run
 
 
 def _softmax(node: Node, ins: tuple[ValueType, ...], hints: list[Hint]) -> Callable[..., None]:

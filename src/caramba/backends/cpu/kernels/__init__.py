@@ -7,6 +7,7 @@ never per call. The dtypes registered with a kernel are what the cpu capability 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,15 @@ OUT: set[str] = set()
 FLOAT = HOST_FLOATS  # bfloat16 has no NumPy arithmetic: not claimed
 NUM = HOST_FLOATS | INTS
 ANY = NUM | {DType.bool}
+
+
+@functools.cache
+def special() -> Any:
+    """``scipy.special`` (erf, erfc, expit), imported on first use: it takes ~0.25 s to import,
+    which a run whose graph never calls these kernels should not pay."""
+    import scipy.special
+
+    return scipy.special
 
 
 def kernel(op_id: str, dtypes: frozenset[DType], *, out: bool = False) -> Callable[[KernelFactory], KernelFactory]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special as sc
 
-from caramba.backends.cpu.kernels import FLOAT, kernel, simple
+from caramba.backends.cpu.kernels import FLOAT, kernel, simple, special
 
 SQRT1_2 = math.sqrt(0.5)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -16,7 +15,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _expit(x):
-    return sc.expit(x).astype(x.dtype, copy=False)
+    return special().expit(x).astype(x.dtype, copy=False)
 
 
 def relu(x):
@@ -54,7 +53,7 @@ def _gelu(node, ins):
     # 0.5 * x * erfc(-x / sqrt 2) keeps full relative accuracy in the negative tail,
     # where 1 + erf(x / sqrt 2) would cancel to zero.
     def exact(x):
-        return (0.5 * x * sc.erfc(-x * SQRT1_2)).astype(x.dtype, copy=False)
+        return (0.5 * x * special().erfc(-x * SQRT1_2)).astype(x.dtype, copy=False)
 
     return exact
 

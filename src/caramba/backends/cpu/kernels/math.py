@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.special as sc
 
-from caramba.backends.cpu.kernels import ANY, FLOAT, NUM, kernel, simple
+from caramba.backends.cpu.kernels import ANY, FLOAT, NUM, kernel, simple, special
 from caramba.ir.dtypes import SIGNED_INTS, DType
 
 SIGNED = FLOAT | SIGNED_INTS
@@ -58,7 +57,7 @@ simple("math.rsqrt", FLOAT, _rsqrt)
 
 
 def _erf(x):
-    return sc.erf(x).astype(x.dtype, copy=False)  # scipy computes float16 in float32
+    return special().erf(x).astype(x.dtype, copy=False)  # scipy computes float16 in float32
 
 
 simple("math.erf", FLOAT, _erf)
