@@ -137,7 +137,8 @@ def _cold_start(suite: str):
             ["warm caches (every later run)", f"{r['warm_s']:.1f} s", f"{r['warm_cpu_s']:.1f} s"]]
     notes = [f"`caramba research run examples/digits_mlp.yml` (the README's first command) as a new process, from its "
              f"start to its exit after the result table; median of {r['runs']}. Empty caches: a fresh caramba cache "
-             "(generated kernels) and Numba cache and a fresh run store. Load average "
+             "(generated kernels) and Numba cache, a fresh run store, and caramba imported from a copy of its package "
+             "with no bytecode (as after `pip install -e`; the run compiles and writes it). Load average "
              f"{r['load']:.1f} when measured (only a quiet machine gives the real number)."]
     return ["run", "wall clock", "CPU time"], rows, notes
 

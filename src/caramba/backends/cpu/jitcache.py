@@ -243,6 +243,13 @@ def _install_listener() -> None:
     event.register("numba:compile", _Listener())
 
 
+def silence_reports() -> None:
+    """Report no compiles from this process (a forked compile helper: the display it would
+    write to is its parent's)."""
+    with _LOCK:
+        _CALLBACKS.clear()
+
+
 @contextmanager
 def compiling(callback: Callable[[str], None]) -> Iterator[None]:
     """Call ``callback(what)`` as each Numba compilation starts inside this block (from any

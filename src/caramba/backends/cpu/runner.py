@@ -239,7 +239,7 @@ def _generate(graph: Graph, debug: bool, plan: "MemoryPlan | None" = None):
     global lookups per node). With a memory plan, out-capable kernels write into their planned
     views of one preallocated arena, and every other value is released after its last use.
     """
-    from caramba.backends.cpu.fused import FACTORIES
+    from caramba.backends.cpu.fused import FACTORIES, jit
 
     writes_out = frozenset(OUT) | frozenset(FACTORIES)
     in_place = _in_place_updates(graph) if any(n.op == "shape.update_rows" for n in graph.nodes) else frozenset()
@@ -263,58 +263,60 @@ def _generate(graph: Graph, debug: bool, plan: "MemoryPlan | None" = None):
         env[name] = value
         return name
 
-    for i, node in enumerate(graph.nodes):
-        outs = [f"v{i}_{j}" for j in range(len(node.types))]
-        refs = node.outputs
-        args = [names[r] for r in node.inputs]
-        if node.op == "graph.input":
-            emit(f"{outs[0]} = inputs[{node.id!r}]", node.id)
-        elif node.op == "graph.constant":
-            outs[0] = bind(f"c{i}", node.attrs["value"])
-        elif node.op == "state.read":
-            emit(f"{outs[0]} = state[{node.attrs['name']!r}]", node.id)
-        elif node.op == "state.write":
-            emit(f"state[{node.attrs['name']!r}] = {args[0]}", node.id)
-        else:
-            in_types = tuple(graph.type_of(r) for r in node.inputs)
-            placed = [plan.slots.get(r) if plan is not None else None for r in refs]
-            if node.op in FACTORIES:
-                kern = FACTORIES[node.op](node, in_types, [hints[r] for r in node.inputs])
-            elif node.id in in_place:
-                kern = update_rows_kernel(node, in_types, in_place=True)
+    # the kernels new to this process compile together at the end, on two cores where there are two
+    with jit.batch():
+        for i, node in enumerate(graph.nodes):
+            outs = [f"v{i}_{j}" for j in range(len(node.types))]
+            refs = node.outputs
+            args = [names[r] for r in node.inputs]
+            if node.op == "graph.input":
+                emit(f"{outs[0]} = inputs[{node.id!r}]", node.id)
+            elif node.op == "graph.constant":
+                outs[0] = bind(f"c{i}", node.attrs["value"])
+            elif node.op == "state.read":
+                emit(f"{outs[0]} = state[{node.attrs['name']!r}]", node.id)
+            elif node.op == "state.write":
+                emit(f"state[{node.attrs['name']!r}] = {args[0]}", node.id)
             else:
-                kern = KERNELS[node.op](node, in_types)
-            k = bind(f"k{i}", kern)
-            if any(placed) or node.op in FACTORIES:
-                if node.op not in writes_out:
-                    raise KernelFailed(f"memory plan places {node.op}, whose cpu kernel cannot write into a buffer",
-                                       node=node.id, backend="cpu")
-                for j, (slot, t) in enumerate(zip(placed, node.types, strict=True)):
-                    if slot is not None:
-                        view = arena[slot.offset : slot.offset + slot.nbytes].view(t.dtype.numpy).reshape(t.shape)
-                        outs[j] = bind(f"b{i}_{j}", view)
-                    else:
-                        emit(f"{outs[j]} = _empty({bind(f's{i}_{j}', t.shape)}, {bind(f'd{i}_{j}', t.dtype.numpy)})",
-                             node.id)
-                emit(f"{k}({', '.join(args + outs)})", node.id)
-            else:
-                target = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
-                call = f"{k}({', '.join(args)})"
-                if len(outs) == 1 and node.types[0].rank == 0:
-                    call = f"_asarray({call})"  # NumPy gives 0-d results as scalars
-                emit(f"{target} = {call}", node.id)
-            if debug:
-                bind(f"t{i}", node.types)
-                emit(f"_check({', '.join(outs)}, t{i}, {node.id!r})", node.id)
-        for j, r in enumerate(refs):
-            names[r] = outs[j]
-        if plan is not None:
-            # Release what this node was the last user of (never buffers, outputs or constants).
-            dead = [names[r] for r in dict.fromkeys(node.inputs) if last_use[r] == i and r not in kept
-                    and names[r].startswith("v")]
-            dead += [names[r] for r in refs if r not in last_use and r not in kept and names[r].startswith("v")]
-            if dead:
-                emit(f"del {', '.join(dead)}", node.id)
+                in_types = tuple(graph.type_of(r) for r in node.inputs)
+                placed = [plan.slots.get(r) if plan is not None else None for r in refs]
+                if node.op in FACTORIES:
+                    kern = FACTORIES[node.op](node, in_types, [hints[r] for r in node.inputs])
+                elif node.id in in_place:
+                    kern = update_rows_kernel(node, in_types, in_place=True)
+                else:
+                    kern = KERNELS[node.op](node, in_types)
+                k = bind(f"k{i}", kern)
+                if any(placed) or node.op in FACTORIES:
+                    if node.op not in writes_out:
+                        raise KernelFailed(f"memory plan places {node.op}, whose cpu kernel cannot write into a buffer",
+                                           node=node.id, backend="cpu")
+                    for j, (slot, t) in enumerate(zip(placed, node.types, strict=True)):
+                        if slot is not None:
+                            view = arena[slot.offset : slot.offset + slot.nbytes].view(t.dtype.numpy).reshape(t.shape)
+                            outs[j] = bind(f"b{i}_{j}", view)
+                        else:
+                            emit(f"{outs[j]} = _empty({bind(f's{i}_{j}', t.shape)}, {bind(f'd{i}_{j}', t.dtype.numpy)})",
+                                 node.id)
+                    emit(f"{k}({', '.join(args + outs)})", node.id)
+                else:
+                    target = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+                    call = f"{k}({', '.join(args)})"
+                    if len(outs) == 1 and node.types[0].rank == 0:
+                        call = f"_asarray({call})"  # NumPy gives 0-d results as scalars
+                    emit(f"{target} = {call}", node.id)
+                if debug:
+                    bind(f"t{i}", node.types)
+                    emit(f"_check({', '.join(outs)}, t{i}, {node.id!r})", node.id)
+            for j, r in enumerate(refs):
+                names[r] = outs[j]
+            if plan is not None:
+                # Release what this node was the last user of (never buffers, outputs or constants).
+                dead = [names[r] for r in dict.fromkeys(node.inputs) if last_use[r] == i and r not in kept
+                        and names[r].startswith("v")]
+                dead += [names[r] for r in refs if r not in last_use and r not in kept and names[r].startswith("v")]
+                if dead:
+                    emit(f"del {', '.join(dead)}", node.id)
     ret = ", ".join(f"{k!r}: {names[r]}" for k, r in graph.outputs.items())
     lines.append(f"    return {{{ret}}}")
     env["_check"] = _check_types

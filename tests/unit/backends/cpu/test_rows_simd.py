@@ -224,3 +224,36 @@ def test_kernels_equal_the_scalar_row_helpers_bitwise_for_every_row_length(dtype
         rstd = (dtype(1) / np.sqrt(var + dtype(1e-5))).astype(dtype)
         np.testing.assert_array_equal(out, ((x - mean[:, None]) * rstd[:, None]).astype(dtype), err_msg=str(n))
         np.testing.assert_array_equal(mx, x.max(axis=1), err_msg=str(n))  # the helpers' own sanity
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_lane_sum_and_lane_max_are_row_sum_and_row_max_bitwise(dtype):
+    """rows_simd's vector forms of rows_runtime's row reductions (what the static cross-entropy
+    and attention loops call) give their bits for every length around the boundaries (< 8,
+    < 16, multiples of 8, blocks of 128 and tails), with NaN, infinities, signed zeros and an
+    ``init`` above, below and equal to the row."""
+    from caramba.backends.cpu.fused.rows_runtime import row_max, row_sum
+    from caramba.backends.cpu.fused.rows_simd import lane_max, lane_sum
+
+    @njit(cache=False)
+    def both(x, init, out):
+        zero = x.dtype.type(-0.0)
+        for i in range(x.shape[0]):
+            n = x.shape[1]
+            out[i, 0] = row_sum(x[i], 0, n, zero)
+            out[i, 1] = lane_sum(x[i], n, zero)
+            out[i, 2] = row_max(x[i], 0, n, init)
+            out[i, 3] = lane_max(x[i], n, init)
+
+    rng = np.random.default_rng(11)
+    for n in (1, 5, 7, 8, 15, 16, 17, 24, 127, 128, 129, 135, 256, 257, 300):
+        x = (rng.standard_normal((6, n)) * 3).astype(dtype)
+        x[1, rng.integers(n)] = np.nan
+        x[2, rng.integers(n)] = np.inf
+        x[3, :] = -0.0
+        x[4, rng.integers(n)] = -np.inf
+        for init in (dtype(-np.inf), dtype(0.5), dtype(1e30), dtype(np.nan)):
+            out = np.empty((6, 4), dtype)
+            both(x, init, out)
+            np.testing.assert_array_equal(out[:, 1].tobytes(), out[:, 0].tobytes(), err_msg=f"sum n={n}")
+            np.testing.assert_array_equal(out[:, 3].tobytes(), out[:, 2].tobytes(), err_msg=f"max n={n} init={init}")

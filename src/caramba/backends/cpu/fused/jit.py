@@ -12,6 +12,8 @@ import hashlib
 import importlib.util
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from caramba.ir.types import ValueType
 _LOCK = threading.Lock()
 _LOADED: dict[str, Any] = {}  # key of the expanded source -> module
 _EXPANDED: dict[str, Any] = {}  # source as generated -> module (expanding costs ~1 ms)
+_NEW: set[str] = set()  # modules whose source this process wrote: nothing of theirs is cached yet
+_BATCH = threading.local()  # .jobs: the specializations a batch() has recorded
 
 
 def cache_dir() -> Path:
@@ -49,9 +53,11 @@ def load(source: str, name: str = "kernel") -> Any:
             return getattr(mod, name)
         from caramba.backends.cpu import jitcache
 
+        mod_name = f"caramba_fused_k_{key}"
+        if not (cache_dir() / f"k_{key}.py").exists():
+            _NEW.add(mod_name)
         path = jitcache.write_source(cache_dir(), f"k_{key}.py", text)
         jitcache.setup()  # the generated module's cached functions go to the user cache
-        mod_name = f"caramba_fused_k_{key}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = mod
@@ -80,10 +86,44 @@ def array_type(t: ValueType, contiguous: bool = True, readonly: bool = False) ->
 
 
 def specialize(fn: Any, arg_types: list[Any]) -> None:
-    """Compile ``fn`` now for ``arg_types`` (loaded from the disk cache when it is there)."""
+    """Compile ``fn`` for ``arg_types`` (loaded from the disk cache when it is there): now, or
+    inside a ``batch()`` when the batch ends."""
+    jobs = getattr(_BATCH, "jobs", None)
+    if jobs is not None:
+        jobs.append((fn, tuple(arg_types)))
+        return
+    _specialize(fn, tuple(arg_types))
+
+
+def _specialize(fn: Any, arg_types: tuple[Any, ...]) -> None:
     from numba import types
 
     from caramba.backends.cpu import jitcache
 
-    fn.compile(types.none(*arg_types))
+    if arg_types not in fn.overloads:
+        fn.compile(types.none(*arg_types))
     jitcache.share_writable(fn, arg_types)  # writable twins of read-only inputs run the same code
+
+
+@contextmanager
+def batch() -> Iterator[None]:
+    """Within the block ``specialize`` only records what to compile; at its end everything is
+    compiled, the kernels new to this process shared with a forked helper on another core
+    (``fork_compile``). A kernel called inside the block before then compiles on the call."""
+    if getattr(_BATCH, "jobs", None) is not None:  # nested: the outer batch compiles
+        yield
+        return
+    _BATCH.jobs = []
+    try:
+        yield
+        jobs = list(dict.fromkeys(_BATCH.jobs))
+    finally:
+        _BATCH.jobs = None
+    new = [j for j in jobs if j[0].py_func.__module__ in _NEW and j[1] not in j[0].overloads]
+    for fn, args in jobs:
+        if (fn, args) not in new:
+            _specialize(fn, args)
+    if new:
+        from .fork_compile import compile_all
+
+        compile_all(new, _specialize)

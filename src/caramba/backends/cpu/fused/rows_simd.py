@@ -91,3 +91,59 @@ def sq_lanes8(typingctx, a, s, m, mu):
         return None
     sig = types.UniTuple(a.dtype, 8)(a, types.intp, types.intp, a.dtype)
     return sig, lambda context, builder, sig, args: _lanes(context, builder, sig, args, True)
+
+
+# ---- the row reductions of rows_runtime, on these lanes (for the cpu backend's static loops) ----
+#
+# ``row_sum`` and ``row_max`` spell their eight lanes as eight scalar chains, which Numba types
+# and lowers statement by statement and inlines again at every call: a loop calling them took
+# seconds to compile (the char-GPT's cross-entropy rows ~5-16 s). These take the lanes as one
+# vector intrinsic each: the same bits, a fraction of the compile.
+
+_JIT = {"inline": "always", "cache": True, "nogil": True, "error_model": "numpy"}
+
+
+def _jit(fn):
+    from numba import njit
+
+    return njit(**_JIT)(fn)
+
+
+@_jit
+def lane_sum(row, n, zero):
+    """``rows_runtime.row_sum(row, 0, n, zero)`` of a C-contiguous 1-D ``row``, bitwise: the same
+    blocks of 128, each block's eight lanes one vector (``lanes8``), then its tail."""
+    acc = zero
+    for b0 in range(0, n, 128):
+        bn = min(n - b0, 128)
+        bm = bn // 8
+        bs = zero
+        if bm:
+            r0, r1, r2, r3, r4, r5, r6, r7 = lanes8(row, b0, bm)
+            bs = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(b0 + 8 * bm, b0 + bn):
+            bs += row[i]
+        acc += bs
+    return acc
+
+
+@_jit
+def lane_max(row, n, init):
+    """``rows_runtime.row_max(row, 0, n, init)`` of a C-contiguous 1-D ``row``, bitwise: rows of
+    16 or more as its eight lanes (``max8``) reduced in its tree, then the tail, then ``init``."""
+    if n < 16:
+        m = init
+        for i in range(n):
+            m = row[i] if row[i] > m else m
+        return m
+    r0, r1, r2, r3, r4, r5, r6, r7 = max8(row, 0, n // 8)
+    t0 = r0 if r0 > r1 else r1
+    t1 = r2 if r2 > r3 else r3
+    t2 = r4 if r4 > r5 else r5
+    t3 = r6 if r6 > r7 else r7
+    t0 = t0 if t0 > t1 else t1
+    t2 = t2 if t2 > t3 else t3
+    m = t0 if t0 > t2 else t2
+    for i in range(8 * (n // 8), n):
+        m = row[i] if row[i] > m else m
+    return m if m > init else init

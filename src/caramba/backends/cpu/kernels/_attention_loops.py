@@ -26,32 +26,13 @@ jitcache.setup()  # before any cached function below is defined
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from caramba.backends.cpu.fused.rows_runtime import row_max  # noqa: E402
-from caramba.backends.cpu.fused.rows_simd import lanes8  # noqa: E402
+from caramba.backends.cpu.fused.rows_simd import lane_max, lane_sum  # noqa: E402
 from caramba.backends.cpu.fused.runtime import exp_f32, exp_fast  # noqa: E402
 
 _OPTS = dict(cache=True, nogil=True, error_model="numpy")
 
 
-@njit(inline="always", **_OPTS)
-def _lane_sum(row, n, zero):
-    """``row_sum(row, 0, n, zero)`` (C-contiguous row), each block's eight lanes one vector
-    (``rows_simd.lanes8``): the same bits."""
-    acc = zero
-    for b0 in range(0, n, 128):
-        bn = min(n - b0, 128)
-        bm = bn // 8
-        bs = zero
-        if bm:
-            r0, r1, r2, r3, r4, r5, r6, r7 = lanes8(row, b0, bm)
-            bs = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for i in range(b0 + 8 * bm, b0 + bn):
-            bs += row[i]
-        acc += bs
-    return acc
-
-
-@njit(inline="always", **_OPTS)
+@njit(**_OPTS)
 def scores_to_probs_f64(s, scale, offset, causal):
     """One slice ``s`` [tq, tk] (C-contiguous) in place, float64 (module doc)."""
     tq, tk = s.shape
@@ -60,24 +41,21 @@ def scores_to_probs_f64(s, scale, offset, causal):
         row = s[i]
         lim = min(i + offset + 1, tk) if causal else tk
         lim = max(lim, 0)
-        if scale > 0.0:  # max(scale * s) == scale * max(s): rounding is monotonic
-            m = row_max(row, 0, lim, -np.inf) * scale
-            for j in range(tk):  # the whole row (a fixed trip count vectorizes); masked -> 0
-                e = exp_fast(row[j] * scale - m)
-                row[j] = e if j < lim else 0.0
-        else:
+        k = scale  # max(scale * s) == scale * max(s) for scale > 0: rounding is monotonic
+        if not scale > 0.0:  # scaled first, then k = 1 (x * 1.0 is x): one exp loop to compile
             for j in range(tk):
                 row[j] = row[j] * scale
-            m = row_max(row, 0, lim, -np.inf)
-            for j in range(tk):
-                e = exp_fast(row[j] - m)
-                row[j] = e if j < lim else 0.0
-        r = 1.0 / _lane_sum(row, tk, zero)
+            k = 1.0
+        m = lane_max(row, lim, -np.inf) * k
+        for j in range(tk):  # the whole row (a fixed trip count vectorizes); masked -> 0
+            e = exp_fast(row[j] * k - m)
+            row[j] = e if j < lim else 0.0
+        r = 1.0 / lane_sum(row, tk, zero)
         for j in range(tk):
             row[j] = row[j] * r
 
 
-@njit(inline="always", **_OPTS)
+@njit(**_OPTS)
 def scores_to_probs_f32(s, scale, offset, causal):
     """One slice ``s`` [tq, tk] (C-contiguous) in place, float32 (module doc)."""
     tq, tk = s.shape
@@ -88,19 +66,16 @@ def scores_to_probs_f32(s, scale, offset, causal):
         row = s[i]
         lim = min(i + offset + 1, tk) if causal else tk
         lim = max(lim, 0)
-        if sc > nil:
-            m = row_max(row, 0, lim, np.float32(-np.inf)) * sc
-            for j in range(tk):
-                e = exp_f32(row[j] * sc - m)
-                row[j] = e if j < lim else nil
-        else:
+        k = sc
+        if not sc > nil:
             for j in range(tk):
                 row[j] = row[j] * sc
-            m = row_max(row, 0, lim, np.float32(-np.inf))
-            for j in range(tk):
-                e = exp_f32(row[j] - m)
-                row[j] = e if j < lim else nil
-        r = np.float32(1.0) / _lane_sum(row, tk, zero)
+            k = np.float32(1.0)
+        m = lane_max(row, lim, np.float32(-np.inf)) * k
+        for j in range(tk):
+            e = exp_f32(row[j] * k - m)
+            row[j] = e if j < lim else nil
+        r = np.float32(1.0) / lane_sum(row, tk, zero)
         for j in range(tk):
             row[j] = row[j] * r
 
