@@ -191,6 +191,18 @@ def share_writable(dispatcher: Any, arg_types: list[Any] | tuple[Any, ...]) -> i
     return count
 
 
+def on_disk(dispatcher: Any, key: Any) -> bool:
+    """Whether Numba's disk cache holds ``dispatcher``'s code for ``key`` (what its ``compile``
+    is given). Reads Numba's cache index (``_cache``); True where that cannot be told (an
+    uncached dispatcher, another Numba): the caller then takes the code as there."""
+    try:
+        cache = dispatcher._cache
+        index = cache._cache_file._load_index()
+        return index.get(cache._index_key(key, dispatcher.targetctx.codegen())) is not None
+    except Exception:
+        return True
+
+
 def reset() -> None:
     """Forget the folder chosen (tests that change the ``cache_dir`` setting in one process)."""
     with _LOCK:

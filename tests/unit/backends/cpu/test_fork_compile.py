@@ -163,3 +163,35 @@ def test_a_graphs_new_kernels_compiled_on_two_processes_give_the_same_bits(tmp_p
     assert counts and counts[0][0] >= 2 and counts[0][1] >= 1, counts  # the child compiled some
     for k in results["0"]:
         assert results["1"][k].tobytes() == results["0"][k].tobytes(), k
+
+
+def test_a_prefetched_loop_is_compiled_with_the_batch_for_its_first_call():
+    """``jit.prefetch`` (the optimizer and loss loops): compiled when the batch ends, for the
+    types the first call has, so that call compiles nothing; outside a batch it does nothing;
+    a guess with other types leaves the call to compile as before."""
+    from numba import njit
+    from numba import types as nt
+
+    from caramba.backends.cpu.fused import jit
+
+    @njit(cache=False)
+    def loop(x, out, k):
+        for i in range(x.shape[0]):
+            out[i] = x[i] * k
+
+    ro, w = nt.Array(nt.float64, 1, "C", readonly=True), nt.Array(nt.float64, 1, "C")
+    jit.prefetch(loop, (ro, w, nt.float64))
+    assert not loop.overloads  # no batch: nothing
+    with jit.batch():
+        jit.prefetch(loop, (ro, w, nt.float64))
+        assert not loop.overloads  # at the end of the batch
+    assert (ro, w, nt.float64) in loop.overloads
+    x = np.arange(4.0)
+    x.setflags(write=False)
+    out = np.empty(4)
+    loop(x, out, 2.0)
+    assert len(loop.overloads) == 1 and out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    loop(np.arange(4.0), out, 3.0)  # a writable x runs the same code (its twin is registered)
+    assert len(loop.overloads) == 1 and out.tolist() == [0.0, 3.0, 6.0, 9.0]
+    loop(x, out, 2)  # an int scalar: compiled on the call, as without the guess
+    assert len(loop.overloads) == 2

@@ -4,9 +4,9 @@ A first run compiles every generated kernel its graph uses, one after another, e
 tenths of a second of Numba and LLVM on one core while the other idles (the Quickstart's
 train step: five kernels, ~3 s). Threads cannot share the work (Numba compiles under one
 global lock), and a fresh process would first spend ~1.5 s importing Numba and setting up its
-target. A *fork* of this process has all of that already: it claims kernels from the back of
-the list while this process claims them from the front, and writes what it compiles to
-Numba's disk cache; this process then loads those from the cache (~10 ms each).
+target. A *fork* of this process has all of that already: the two take kernels from one list,
+longest first (the caller's order), whoever is free taking the next, and the child writes what
+it compiles to Numba's disk cache; this process then loads those from the cache (~10 ms each).
 
 Nothing about the result depends on who compiled it: the cache holds the machine code LLVM
 made from the same IR with the same target, and a kernel whose cached code is not there (the
@@ -56,15 +56,17 @@ def enabled() -> bool:
 
 def compile_all(jobs: Sequence[Job], compile_one: Callable[[Any, tuple[Any, ...]], None]) -> int:
     """Run ``compile_one(fn, args)`` for every job, sharing them with a forked child when that
-    is ``enabled()`` and there are two or more; returns how many the child compiled."""
+    is ``enabled()`` and there are two or more (give them longest first: each side takes the
+    next free one); returns how many the child compiled."""
     if len(jobs) < 2 or not enabled():
         for fn, args in jobs:
             compile_one(fn, args)
         return 0
     _prepare(jobs[0][0])
     n = len(jobs)
-    # shared words: [next from the front, next from the back (exclusive), then one per job:
-    # 0 free, 1 taken here, 2 taken by the child, 3 compiled by the child]
+    # shared words: [next job (both sides take from the front: the caller orders the jobs
+    # longest first, so the last ones, taken by whoever is free, are short), the end of the list,
+    # then one per job: 0 free, 1 taken here, 2 taken by the child, 3 compiled by the child]
     shm = mmap.mmap(-1, 8 * (2 + n))
     _put(shm, 0, 0)
     _put(shm, 1, n)
@@ -123,11 +125,11 @@ def _child(jobs: Sequence[Job], shm: mmap.mmap, lock: Any, compile_one: Callable
                 i, j = _get(shm, 0), _get(shm, 1)
                 if i >= j:
                     break
-                _put(shm, 1, j - 1)
-                _put(shm, 2 + j - 1, 2)
-            fn, args = jobs[j - 1]
+                _put(shm, 0, i + 1)
+                _put(shm, 2 + i, 2)
+            fn, args = jobs[i]
             compile_one(fn, args)
-            _put(shm, 2 + j - 1, 3)
+            _put(shm, 2 + i, 3)
         code = 0
     finally:
         os._exit(code)  # no atexit handlers, finalizers or buffered output of the parent's

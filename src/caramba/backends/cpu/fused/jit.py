@@ -101,8 +101,26 @@ def _specialize(fn: Any, arg_types: tuple[Any, ...]) -> None:
     from caramba.backends.cpu import jitcache
 
     if arg_types not in fn.overloads:
-        fn.compile(types.none(*arg_types))
+        fn.compile(_key(fn, arg_types) if fn in _PREFETCHED else types.none(*arg_types))
     jitcache.share_writable(fn, arg_types)  # writable twins of read-only inputs run the same code
+
+
+_PREFETCHED: set[Any] = set()  # the cpu backend's own loops (module-level: never freed) asked for by prefetch()
+
+
+def _key(fn: Any, arg_types: tuple[Any, ...]) -> Any:
+    return arg_types  # what a call compiles for: the argument types alone (Numba's disk key too)
+
+
+def prefetch(fn: Any, arg_types: tuple[Any, ...]) -> None:
+    """Inside a ``batch()``: compile one of the cpu backend's own loops (a Numba dispatcher
+    compiled on its first call) for ``arg_types`` with the batch, as its first call would (a
+    guess that misses costs a compile on the call, as before). Outside a batch: nothing."""
+    jobs = getattr(_BATCH, "jobs", None)
+    if jobs is None or arg_types in fn.overloads:
+        return
+    _PREFETCHED.add(fn)
+    jobs.append((fn, tuple(arg_types)))
 
 
 @contextmanager
@@ -119,11 +137,30 @@ def batch() -> Iterator[None]:
         jobs = list(dict.fromkeys(_BATCH.jobs))
     finally:
         _BATCH.jobs = None
-    new = [j for j in jobs if j[0].py_func.__module__ in _NEW and j[1] not in j[0].overloads]
+    new = [j for j in jobs if j[1] not in j[0].overloads and _cold(*j)]
     for fn, args in jobs:
         if (fn, args) not in new:
             _specialize(fn, args)
     if new:
         from .fork_compile import compile_all
 
+        new.sort(key=_source_size, reverse=True)  # longest first: the last ones taken are short
         compile_all(new, _specialize)
+
+
+def _cold(fn: Any, arg_types: tuple[Any, ...]) -> bool:
+    """Nothing on disk to load: a generated kernel whose source this process wrote, or a loop
+    whose compiled code Numba's cache does not hold."""
+    if fn.py_func.__module__ in _NEW:
+        return True
+    if fn in _PREFETCHED:
+        from caramba.backends.cpu import jitcache
+
+        return not jitcache.on_disk(fn, _key(fn, arg_types))
+    return False
+
+
+def _source_size(job: tuple[Any, tuple[Any, ...]]) -> int:
+    """A kernel's compile cost, roughly: the size of its function's bytecode (a generated kernel
+    is expanded: its helpers are in it)."""
+    return len(job[0].py_func.__code__.co_code)

@@ -138,6 +138,8 @@ def _cross_entropy(node, ins):
         return lambda logits, labels: red(cross_entropy_rows(logits, labels, s, what))
     c = logits.shape[-1]
     rows = loops.cross_entropy_rows
+    _prefetch(rows, _c_array(DType.float64, 2), _c_array(ins[1].dtype, 1), *_typeof(float(s)),
+              _c_array(DType.float64, 1, writable=True))
 
     def cross_entropy_loop(x, labels):
         out = np.empty(labels.shape, np.float64)
@@ -229,6 +231,28 @@ def _perplexity(node, ins):
 
 
 _LOOPS: list = []
+
+
+def _prefetch(loop, *arg_types) -> None:
+    """Compile ``loop`` for the argument types its first call will have with the graph's
+    kernels, on two cores (``fused.jit.prefetch``; a call with other types compiles then, as
+    before)."""
+    from caramba.backends.cpu.fused import jit
+
+    jit.prefetch(loop, arg_types)
+
+
+def _c_array(dtype: DType, rank: int, writable: bool = False):
+    from numba import types as nt
+    from numba.np.numpy_support import from_dtype
+
+    return nt.Array(from_dtype(dtype.numpy), rank, "C", readonly=not writable)
+
+
+def _typeof(*values):
+    from numba import typeof
+
+    return tuple(typeof(v) for v in values)
 
 
 def _loops():
@@ -362,6 +386,10 @@ def _adam(node, ins):
     spare = Spare(SPARE_KEEP)
     a = node.attrs
     b1, b2, eps, wd, dec = a["beta1"], a["beta2"], a["eps"], a["weight_decay"], a["decoupled"]
+
+    if ins and ins[0].dtype == DType.float64 and ins[0].size < LOOP_SPLIT and _loops() is not None:  # _run: the loop
+        ro, w = _c_array(DType.float64, 1), _c_array(DType.float64, 1, writable=True)
+        _prefetch(_loops().adam, ro, ro, ro, ro, w, w, w, *_typeof(1.0, 1.0, b1, b2, eps, wd, dec, 1.0, 1.0))
 
     def adam(p, g, lr, gs, step, m, v):
         lr = _f(lr)
