@@ -7,6 +7,7 @@ shapes and dtypes, state initialization, compile caching by graph fingerprint.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -246,6 +247,12 @@ class Runner(ABC):
         return getattr(t, "runner", self) is self
 
     # ---- compile and execute -------------------------------------------------------------
+    def compiling_together(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose ``compile`` calls may share their work: a backend can compile their
+        kernels together when the block ends (the cpu backend: its new Numba kernels, on two
+        cores). What is compiled inside runs only after the block; by default nothing changes."""
+        return contextlib.nullcontext()
+
     def compile(self, graph: Graph, targets: Iterable[str] | None = None, *, disable: Iterable[str] = ()) -> Executable:
         """Run the compiler pipeline for this backend and build an Executable (cached)."""
         self._check_open()

@@ -117,6 +117,10 @@ class ManifestRun:
         self.stream = ds.train_batches(batch, np.random.default_rng(spec.seed)) if spec.steps else iter(())
         for _ in range(self.steps_done):  # replay the data stream to where the checkpoint was taken
             next(self.stream)
+        if spec.steps:  # the first step's and the evaluations' executables, their kernels compiled together
+            with self.runner.compiling_together():
+                self.trainer.executable(self.fetch_log)
+                self.evaluator.prepare(self.splits)
         self.report["compile_seconds"] = round(time.perf_counter() - t0, 3)
         self.t0, self.t_train, self.trained, self.ema, self.last = t0, time.perf_counter(), 0, None, {}
 

@@ -69,6 +69,13 @@ class Evaluator:
             self._exes[n] = exe
         return exe
 
+    def prepare(self, splits: list[str]) -> None:
+        """Compile now the executables the first batch of each split will run."""
+        ds = self.prep.dataset
+        for n in {min(self.batch, ds.size(s)) for s in splits}:
+            if n > 0:
+                self._exe(n)
+
     def __call__(self, split: str) -> dict[str, float]:
         ds = self.prep.dataset
         totals = dict.fromkeys(self.names, 0.0)

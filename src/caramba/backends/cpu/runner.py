@@ -346,6 +346,13 @@ class CpuRunner(Runner):
     name = "cpu"
     location = "cpu"
 
+    def compiling_together(self):
+        """The new Numba kernels of every graph compiled in the block compile at its end, shared
+        with a forked helper on another core (``fused/jit.batch``, ``fused/fork_compile.py``)."""
+        from caramba.backends.cpu.fused import jit
+
+        return jit.batch()
+
     def __init__(self, threads: int | None = None, debug: bool = False) -> None:
         super().__init__()
         self.capabilities = cpu_capabilities()
