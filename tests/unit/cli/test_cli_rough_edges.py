@@ -52,3 +52,29 @@ def test_serve_on_a_busy_port_says_so():
         p = _caramba("serve", "--port", str(port), timeout=60)
     assert p.returncode == 2, p.stderr
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_run_leaves_its_whole_record_behind_after_the_quick_exit(tmp_path):
+    """The CLI freezes the heap at exit so that the interpreter's teardown skips its cyclic
+    collections (~1 s once Numba has compiled): the run, every metric and artifact, and the
+    ledger are complete when the process is gone; the handler is registered once per process."""
+    import atexit
+
+    from caramba import cli
+    from caramba.store import RunStore
+
+    store = tmp_path / "store"
+    p = _caramba("research", "run", str(EXAMPLES / "digits_mlp.yml"), "--store", str(store),
+                 "--set", "trainer.steps=12", "--set", "trainer.eval_every=6", timeout=300)
+    assert p.returncode == 0, p.stderr
+    (rec,) = RunStore(store).list()
+    assert rec.status == "finished"
+    rows = RunStore(store).metrics(rec.id)
+    assert {s for _, s, _, _ in rows} >= {"train", "test"} and max(step for step, *_ in rows) == 12
+    assert RunStore(store).artifacts(rec.id)
+    v = _caramba("notary", "verify", "--store", str(store))
+    assert v.returncode == 0, v.stdout + v.stderr
+    before = atexit._ncallbacks()
+    cli._freeze_heap_at_exit()
+    cli._freeze_heap_at_exit()
+    assert atexit._ncallbacks() - before <= 1
