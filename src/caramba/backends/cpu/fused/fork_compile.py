@@ -36,6 +36,7 @@ STALL_S = 30.0  # a child with no kernel finished for this long is taken to be s
 _POLL_S = 0.002
 
 Job = tuple[Any, tuple[Any, ...]]  # (Numba dispatcher, argument types)
+TAKEN_HERE, TAKEN_BY_CHILD, COMPILED_BY_CHILD = 1, 2, 3  # a job's word in the shared memory (0: free)
 
 
 # Processes where a fork is left alone: a Ray worker (its gRPC runtime has fork handlers of its own).
@@ -66,7 +67,7 @@ def compile_all(jobs: Sequence[Job], compile_one: Callable[[Any, tuple[Any, ...]
     n = len(jobs)
     # shared words: [next job (both sides take from the front: the caller orders the jobs
     # longest first, so the last ones, taken by whoever is free, are short), the end of the list,
-    # then one per job: 0 free, 1 taken here, 2 taken by the child, 3 compiled by the child]
+    # then one per job: 0 free, or TAKEN_HERE, TAKEN_BY_CHILD, COMPILED_BY_CHILD]
     shm = mmap.mmap(-1, 8 * (2 + n))
     _put(shm, 0, 0)
     _put(shm, 1, n)
@@ -84,14 +85,7 @@ def compile_all(jobs: Sequence[Job], compile_one: Callable[[Any, tuple[Any, ...]
     if pid == 0:
         _child(jobs, shm, lock, compile_one)  # never returns
     try:
-        while True:
-            with lock:
-                i, j = _get(shm, 0), _get(shm, 1)
-                if i >= j:
-                    break
-                _put(shm, 0, i + 1)
-                _put(shm, 2 + i, 1)
-            compile_one(*jobs[i])
+        _take_jobs(jobs, shm, lock, compile_one, TAKEN_HERE)
         done_by_child = _wait(pid, shm, n)
     except BaseException:
         _kill(pid)
@@ -100,7 +94,7 @@ def compile_all(jobs: Sequence[Job], compile_one: Callable[[Any, tuple[Any, ...]
         shm_state = [_get(shm, 2 + k) for k in range(n)]
         shm.close()
     for k, state in enumerate(shm_state):
-        if state != 1:  # the child's (loaded from the disk cache) or nobody's (compiled now)
+        if state != TAKEN_HERE:  # the child's (loaded from the disk cache) or nobody's (compiled now)
             compile_one(*jobs[k])
     return done_by_child
 
@@ -120,19 +114,25 @@ def _child(jobs: Sequence[Job], shm: mmap.mmap, lock: Any, compile_one: Callable
         from caramba.backends.cpu import jitcache
 
         jitcache.silence_reports()  # the parent's display is not ours to write to
-        while True:
-            with lock:
-                i, j = _get(shm, 0), _get(shm, 1)
-                if i >= j:
-                    break
-                _put(shm, 0, i + 1)
-                _put(shm, 2 + i, 2)
-            fn, args = jobs[i]
-            compile_one(fn, args)
-            _put(shm, 2 + i, 3)
+        _take_jobs(jobs, shm, lock, compile_one, TAKEN_BY_CHILD)
         code = 0
     finally:
         os._exit(code)  # no atexit handlers, finalizers or buffered output of the parent's
+
+
+def _take_jobs(jobs: Sequence[Job], shm: mmap.mmap, lock: Any, compile_one: Callable[..., None], mark: int) -> None:
+    """Take the next free job and compile it until none is left; ``mark`` says who took it (the
+    child's become COMPILED_BY_CHILD when done)."""
+    while True:
+        with lock:
+            i, end = _get(shm, 0), _get(shm, 1)
+            if i >= end:
+                return
+            _put(shm, 0, i + 1)
+            _put(shm, 2 + i, mark)
+        compile_one(*jobs[i])
+        if mark == TAKEN_BY_CHILD:
+            _put(shm, 2 + i, COMPILED_BY_CHILD)
 
 
 def _wait(pid: int, shm: mmap.mmap, n: int) -> int:
@@ -141,7 +141,7 @@ def _wait(pid: int, shm: mmap.mmap, n: int) -> int:
     last, since = -1, time.monotonic()
     while True:
         finished, _status = os.waitpid(pid, os.WNOHANG)
-        done = sum(1 for k in range(n) if _get(shm, 2 + k) == 3)
+        done = sum(1 for k in range(n) if _get(shm, 2 + k) == COMPILED_BY_CHILD)
         if finished:
             return done
         if done != last:
