@@ -529,6 +529,9 @@ class LazyAssets(Mapping[str, Asset]):
     def __setitem__(self, op: str, asset: Asset) -> None:
         self._entries[op] = asset
 
+    def __delitem__(self, op: str) -> None:
+        del self._entries[op]
+
     def __contains__(self, op: object) -> bool:
         return op in self._entries
 

@@ -1,5 +1,7 @@
 """The benchmark harness reports disagreements as failures and never fakes missing pieces."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -189,13 +191,22 @@ def test_cold_start_study_becomes_a_target_row():
 
 def test_cold_start_runs_the_quickstart_command_with_fresh_caches(monkeypatch, tmp_path):
     import subprocess
+    from pathlib import Path
 
     from benchmarks import cold_start
 
-    seen = []
+    seen, copies = [], []
 
     def fake_run(cmd, env, **kw):
-        seen.append((cmd, env["CARAMBA_CACHE_DIR"], env["NUMBA_CACHE_DIR"]))
+        src = env["PYTHONPATH"].split(os.pathsep)[0]
+        if "print(caramba.__file__)" in cmd[-1]:  # the check that the child imports the fresh copy
+            copies.append(src)
+            assert env.get("PYTHONDONTWRITEBYTECODE") == "1"  # the check leaves the copy without bytecode
+            return subprocess.CompletedProcess(cmd, 0, f"{src}/caramba/__init__.py\n", "")
+        # caramba is a fresh copy of the package without bytecode, and Python may write it
+        assert (Path(src) / "caramba" / "__init__.py").is_file() and not list(Path(src).rglob("__pycache__"))
+        assert "PYTHONDONTWRITEBYTECODE" not in env
+        seen.append((cmd, env["CARAMBA_CACHE_DIR"], env["NUMBA_CACHE_DIR"], src))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(cold_start.subprocess, "run", fake_run)
@@ -203,6 +214,7 @@ def test_cold_start_runs_the_quickstart_command_with_fresh_caches(monkeypatch, t
     assert r["runs"] == 2 and r["cold_s"] >= 0 and r["warm_s"] >= 0
     assert len(seen) == 4 and "digits_mlp.yml" in " ".join(seen[0][0]) and "--store" in seen[0][0]
     assert seen[0][1:] == seen[1][1:] and seen[0][1:] != seen[2][1:]  # warm reuses the cold run's caches; each pair is fresh
+    assert len(copies) == 2 and copies == [seen[0][3], seen[2][3]]
 
 
 def test_implementations_of_a_case_are_sampled_in_turns():

@@ -8,6 +8,7 @@ bits of the same graph compiled in one.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -15,7 +16,15 @@ import pytest
 
 from caramba.backends.cpu.fused import fork_compile
 
-pytestmark = pytest.mark.skipif(not fork_compile.enabled(), reason="needs Linux and two CPUs")
+pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) >= 2),
+                                reason="needs Linux and two CPUs")
+
+
+@pytest.fixture(autouse=True)
+def _not_in_ray(monkeypatch):
+    """Another test of this worker may have left Ray connected, where forks are off by design."""
+    monkeypatch.setattr(fork_compile, "in_ray", lambda: False)
+    monkeypatch.delenv(fork_compile.ENV, raising=False)
 
 
 class _Stub:
@@ -102,6 +111,14 @@ def test_an_error_here_stops_the_child_and_is_raised(tmp_path):
 
     with pytest.raises(ValueError, match="bad kernel"):
         fork_compile.compile_all(_jobs(6), compile_one)
+
+
+def test_a_process_connected_to_ray_does_not_fork(tmp_path, monkeypatch):
+    monkeypatch.setattr(fork_compile, "in_ray", lambda: True)
+    parent = os.getpid()
+    assert not fork_compile.enabled()
+    assert fork_compile.compile_all(_jobs(3), _recorder(tmp_path, parent, seconds=0)) == 0
+    assert {pid for pid, _ in _calls(tmp_path)} == {parent}
 
 
 def test_switched_off_or_one_job_compiles_here_only(tmp_path, monkeypatch):

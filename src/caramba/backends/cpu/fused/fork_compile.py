@@ -16,7 +16,7 @@ only compiles: it never touches the parent's files, threads or display, and leav
 fork, say) is killed and its kernels compiled here.
 
 Only where it can pay: Linux, at least two CPUs allowed, at least two kernels not compiled
-before (their sources are new in this process), not in a Ray worker, and
+before (their sources are new in this process), not connected to Ray, and
 ``CARAMBA_CPU_FORK_COMPILE`` not ``0``.
 """
 
@@ -39,15 +39,19 @@ Job = tuple[Any, tuple[Any, ...]]  # (Numba dispatcher, argument types)
 TAKEN_HERE, TAKEN_BY_CHILD, COMPILED_BY_CHILD = 1, 2, 3  # a job's word in the shared memory (0: free)
 
 
-# Processes where a fork is left alone: a Ray worker (its gRPC runtime has fork handlers of its own).
-_NO_FORK_MODULES = ("ray",)
+def in_ray() -> bool:
+    """A process connected to Ray (a worker, or a driver after ``ray.init``): its gRPC runtime
+    has fork handlers of its own, and a fork is left alone there."""
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return True
 
 
 def enabled() -> bool:
     """Whether a batch may fork a compile helper on this machine and in this process."""
-    if os.environ.get(ENV, "1").strip() == "0" or not sys.platform.startswith("linux"):
-        return False
-    if any(m in sys.modules for m in _NO_FORK_MODULES):
+    if os.environ.get(ENV, "1").strip() == "0" or not sys.platform.startswith("linux") or in_ray():
         return False
     try:
         return len(os.sched_getaffinity(0)) >= 2
