@@ -137,9 +137,11 @@ def batch() -> Iterator[None]:
         jobs = list(dict.fromkeys(_BATCH.jobs))
     finally:
         _BATCH.jobs = None
-    new = [j for j in jobs if j[1] not in j[0].overloads and _cold(*j)]
+    new = []
     for fn, args in jobs:
-        if (fn, args) not in new:
+        if args not in fn.overloads and _cold(fn, args):
+            new.append((fn, args))
+        else:  # compiled already, or its code is on disk: loaded here
             _specialize(fn, args)
     if new:
         from .fork_compile import compile_all

@@ -243,10 +243,11 @@ def _prefetch(loop, *arg_types) -> None:
 
 
 def _c_array(dtype: DType, rank: int, writable: bool = False):
-    from numba import types as nt
-    from numba.np.numpy_support import from_dtype
+    """The Numba type of a C-contiguous array of ``dtype`` and ``rank`` (``fused.jit.array_type``)."""
+    from caramba.backends.cpu.fused import jit
+    from caramba.ir.types import ValueType
 
-    return nt.Array(from_dtype(dtype.numpy), rank, "C", readonly=not writable)
+    return jit.array_type(ValueType((0,) * rank, dtype), readonly=not writable)
 
 
 def _typeof(*values):
