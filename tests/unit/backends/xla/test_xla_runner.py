@@ -367,6 +367,49 @@ def test_a_run_after_good_runs_still_checks_everything(spec, cpu):
         cross.close()
 
 
+def test_a_pure_graph_rerun_on_the_direct_entry_still_checks_everything(cpu):
+    # a graph with one result and no state: after its first run it is called through JAX's C++
+    # entry (no Compiled.__call__) and its one result comes back bare; every wrong feed is still
+    # refused with caramba's error, and a good feed after them gives the right numbers
+    from caramba.errors import GraphError
+
+    xla, other = compute.new("xla"), compute.new("xla")
+    try:
+        g = caramba.trace(lambda x: ops.exp(x) * 2.0, ((3,), "float64"))
+        exe = xla.compile(g)
+        x = xla.upload(np.array([0.0, 1.0, -1.0]))
+        want = exe.run({"x": x})["out"].download()  # XLA's exp: within an ulp of NumPy's
+        np.testing.assert_allclose(want, 2.0 * np.exp([0.0, 1.0, -1.0]), rtol=4e-16, atol=0)
+        for _ in range(3):
+            np.testing.assert_array_equal(exe.run({"x": x})["out"].download(), want)
+        assert exe._direct and exe._single
+        gone = xla.upload(np.ones(3))
+        gone.array.delete()  # as a donated buffer is
+        for feed, error, match in [
+            ({"x": np.ones(3)}, TransferError, "not a tensor"),
+            ({"x": cpu.upload(np.ones(3))}, TransferError, "lives on cpu"),
+            ({"x": other.upload(np.ones(3))}, TransferError, "lives on another xla:cpu runner"),
+            ({"x": xla.upload(np.ones(4))}, GraphError, "declares"),
+            ({"x": xla.upload(np.ones(3, np.float32))}, GraphError, "declares"),
+            ({"x": x, "y": x}, GraphError, "unexpected"),
+            ({"y": x}, GraphError, "missing"),
+            (None, GraphError, "missing"),
+            ({"x": gone}, CarambaError, "no longer exists"),
+        ]:
+            with pytest.raises(error, match=match):
+                exe.run(feed)
+        y = xla.upload(np.array([2.0, 3.0, 4.0]))
+        np.testing.assert_allclose(exe.run({"x": y})["out"].download(), 2.0 * np.exp([2.0, 3.0, 4.0]), rtol=4e-16, atol=0)
+        other.close()
+        np.testing.assert_array_equal(exe.run({"x": x})["out"].download(), want)
+        xla.close()
+        with pytest.raises(RunnerClosed):
+            exe.run({"x": x})
+    finally:
+        xla.close()
+        other.close()
+
+
 def test_labels_are_checked_for_every_new_batch_under_donation():
     r = compute.new("xla:donate")
     try:
