@@ -36,6 +36,34 @@ def test_softmax_matches_numpy_with_infinite_rows(cpu, dtype, axis):
     np.testing.assert_allclose(got, want, rtol=1e-15 if dtype == "float64" else 1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(32, 128), (3, 5, 16), (0, 8), (64, 1)])
+def test_row_softmax_kernel_makes_or_fills_its_output_for_any_layout(log, shape):
+    # the kernel makes its own output when given none (the common call) and fills a given one;
+    # transposed or sliced inputs and outputs take the copying path; every way gives the same bits
+    pytest.importorskip("numba")
+    from caramba.backends.cpu.fused import rows
+    from caramba.ir.types import ValueType
+
+    k = rows.softmax_rows(ValueType(shape, caramba.DType.float64), log=log)
+    x = np.random.default_rng(1).standard_normal(shape) * 4
+    with np.errstate(all="ignore"):
+        m = x - x.max(axis=-1, keepdims=True) if x.size else x
+        want = m - np.log(np.exp(m).sum(axis=-1, keepdims=True)) if log else numpy_softmax(x, -1)
+    fresh = k(x)
+    assert fresh.shape == shape and fresh.flags.c_contiguous and fresh is not x
+    np.testing.assert_allclose(fresh, want, rtol=1e-14, atol=1e-300)
+    strided_x = np.asfortranarray(x)  # the same values, another layout
+    given = np.empty(shape)
+    assert k(strided_x, given) is given
+    np.testing.assert_array_equal(given, fresh)
+    wide = np.zeros(shape[:-1] + (2 * shape[-1],))
+    view = wide[..., ::2]  # a strided output view
+    assert k(x, view) is view
+    np.testing.assert_array_equal(view, fresh)
+    assert not wide[..., 1::2].any()  # nothing written between its elements
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cross_entropy_rows_match_numpy(cpu, smoothing):
     rng = np.random.default_rng(1)

@@ -54,9 +54,10 @@ from caramba.backends.cpu.fused.runtime import exp_f32, exp_fast
 # the vector lane sums a layer norm row costs ~0.5 ns an element (float64), so the split (a few
 # µs to hand a block over and take it back) pays from ~16k elements: [64, 768] splits, [32, 256]
 # and [8, 16, 64] do not (measured: 4 µs serial against 5-6 µs split). A softmax row is bound
-# by exp (~1.3 ns an element): unchanged, [8, 16, 64] splits and [32, 128] stays serial (both
-# within noise of the other choice on 2 shared cores).
-_WORK = {"norm": 4, "softmax": 12}
+# by exp (~2.5 ns an element with its max, sum and scale): split from 4096 elements, as
+# PyTorch splits them (a quiet 2-core Zen 3: [32, 128] 14.1 -> 10.6 µs a call split, [16, 128]
+# 8.5 µs either way, so it stays whole).
+_WORK = {"norm": 4, "softmax": 16}
 
 
 def _exp(v: str, d: DType) -> str:
@@ -268,27 +269,35 @@ def norm_residual_rows(x: ValueType, n_affine: int, eps: float, axis: int, with_
 
 
 def softmax_rows(x: ValueType, log: bool) -> Rows:
-    """``k(x, out)``: softmax / log-softmax over the last axis of arrays of ``x``'s shape."""
+    """``k(x, out=None) -> out``: softmax / log-softmax over the last axis of arrays of ``x``'s
+    shape, into ``out`` or a new array."""
     d = x.dtype
     L, D = split_rows(x.shape, x.rank - 1)
     parallel = _pays(L * D, _WORK["softmax"], L)
     two = ValueType((L, D), d)
     k = _rows_kernel(softmax_forward(d, log, parallel), 1, 1, L, parallel, [two, two], 1)
 
-    two_d = x.rank == 2
+    shape, dtype = x.shape, d.numpy
+    plain = x.rank == 2 and L * D > 0  # [L, D] arrays as they come: no reshape, nothing to skip
 
-    def run(x_a, out):
+    def run(x_a, out=None):
+        if out is None:
+            out = np.empty(shape, dtype)
+            if plain and x_a.flags.c_contiguous:  # the common call, in one frame (µs count on small rows)
+                k(x_a, out)
+                return out
         if not L * D:
-            return
+            return out
         if out.flags.c_contiguous and x_a.flags.c_contiguous:
-            if two_d:
+            if plain:
                 k(x_a, out)
             else:  # [..., D] rows: views as [L, D], nothing copied
                 k(x_a.reshape(L, D), out.reshape(L, D))
-            return
+            return out
         o2 = _into(out, L, D)
         k(_two(x_a, L, D), o2)
         _back(out, o2)
+        return out
 
     return run
 

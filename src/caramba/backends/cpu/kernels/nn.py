@@ -32,7 +32,7 @@ def _softmax(node, ins):
     axis = norm_axis(node.attrs["axis"], ins[0].rank)
     shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
     if _rows_ok(ins[0]) and axis == ins[0].rank - 1:
-        return _with_out(fused_rows().softmax_rows(ins[0], log=False), shape, dtype)
+        return fused_rows().softmax_rows(ins[0], log=False)  # makes its output when given none
     if fused.available() and ins[0].size and ins[0].dtype in (DType.float64, DType.float32):
         kern = fused.softmax_kernel(ins[0], node.types[0], axis)
 
@@ -60,9 +60,8 @@ def _log_softmax(node, ins):
     """One generated row kernel over the last axis where Numba is installed (``fused/rows.py``),
     else NumPy."""
     axis = norm_axis(node.attrs["axis"], ins[0].rank)
-    shape, dtype = node.types[0].shape, node.types[0].dtype.numpy
     if _rows_ok(ins[0]) and axis == ins[0].rank - 1:
-        return _with_out(fused_rows().softmax_rows(ins[0], log=True), shape, dtype)
+        return fused_rows().softmax_rows(ins[0], log=True)
 
     def log_softmax_numpy(x, out=None):
         y = log_softmax(x, axis)
@@ -86,18 +85,6 @@ def _rows_ok(x) -> bool:
     from caramba.backends.cpu import fused
 
     return fused.available() and x.dtype in (DType.float64, DType.float32) and x.rank >= 1
-
-
-def _with_out(kern, shape, dtype):
-    """``k(x, out)`` as a kernel that takes its output buffer, or makes one."""
-
-    def rows(x, out=None):
-        if out is None:
-            out = np.empty(shape, dtype)
-        kern(x, out)
-        return out
-
-    return rows
 
 
 def _affine(y, rest):
