@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from caramba.data.sources import MAX_HAWKES_EVENTS  # events a hawkes dataset simulates (n * events)
 from caramba.errors import did_you_mean
 from caramba.manifest.errors import ManifestError, format_path, short
 from caramba.manifest.loader import Document
@@ -217,7 +218,6 @@ class GeneratedData(_Dataset):
         return self
 
 
-MAX_HAWKES_EVENTS = 40_000  # events a hawkes dataset simulates (n * events)
 
 
 class HawkesData(_Dataset):

@@ -124,10 +124,14 @@ def test_a_process_connected_to_ray_does_not_fork(tmp_path, monkeypatch):
 def test_switched_off_or_one_job_compiles_here_only(tmp_path, monkeypatch):
     parent = os.getpid()
     assert fork_compile.compile_all(_jobs(1), _recorder(tmp_path, parent, seconds=0)) == 0
-    monkeypatch.setenv(fork_compile.ENV, "0")
-    assert not fork_compile.enabled()
+    for off in ("0", "false", " OFF ", "No"):  # the spellings of off a user may write
+        monkeypatch.setenv(fork_compile.ENV, off)
+        assert not fork_compile.enabled()
     assert fork_compile.compile_all(_jobs(3), _recorder(tmp_path, parent, seconds=0)) == 0
     assert {pid for pid, _ in _calls(tmp_path)} == {parent}
+    for on in ("1", "yes", "on"):  # anything else leaves it to the machine (>= 2 CPUs here)
+        monkeypatch.setenv(fork_compile.ENV, on)
+        assert fork_compile.enabled() == (len(os.sched_getaffinity(0)) >= 2)
 
 
 def test_a_graphs_new_kernels_compiled_on_two_processes_give_the_same_bits(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ fork, say) is killed and its kernels compiled here.
 
 Only where it can pay: Linux, at least two CPUs allowed, at least two kernels not compiled
 before (their sources are new in this process), not connected to Ray, and
-``CARAMBA_CPU_FORK_COMPILE`` not ``0``.
+``CARAMBA_CPU_FORK_COMPILE`` not ``0`` (or ``false``, ``no``, ``off``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 ENV = "CARAMBA_CPU_FORK_COMPILE"
+OFF = ("0", "false", "no", "off")  # what ENV may say to turn forked compiles off
 STALL_S = 30.0  # a child with no kernel finished for this long is taken to be stuck
 _POLL_S = 0.002
 
@@ -51,7 +52,7 @@ def in_ray() -> bool:
 
 def enabled() -> bool:
     """Whether a batch may fork a compile helper on this machine and in this process."""
-    if os.environ.get(ENV, "1").strip() == "0" or not sys.platform.startswith("linux") or in_ray():
+    if os.environ.get(ENV, "1").strip().lower() in OFF or not sys.platform.startswith("linux") or in_ray():
         return False
     try:
         return len(os.sched_getaffinity(0)) >= 2
