@@ -218,8 +218,6 @@ class GeneratedData(_Dataset):
         return self
 
 
-
-
 class HawkesData(_Dataset):
     """Event sequences simulated from a multivariate Hawkes process (``hawkes.simulate``'s Ogata
     thinning): fields ``times`` [events], ``marks`` int64 [events] and ``T`` (the last event's
